@@ -1,0 +1,102 @@
+"""Assembles the pipeline: sample -> (attribute) -> instrument -> export.
+
+:class:`Collector` owns the long-lived pieces and their threads, so the CLI
+and the in-process tests start and stop exactly the same thing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from otel_gpu.config import Config
+from otel_gpu.exporters.prometheus import MetricsServer, RenderCache, new_reader
+from otel_gpu.nvml.library import Nvml
+from otel_gpu.nvml.sampler import Sampler, SamplerThread, SnapshotStore
+from otel_gpu.telemetry import build_meter_provider, build_resource
+
+log = logging.getLogger(__name__)
+
+
+def open_nvml(simulate: str | None) -> Nvml:
+    """The real driver, or the fake one behind pynvml for ``--simulate``.
+
+    Raises ``ScenarioError`` for a bad scenario; initialisation (and its
+    ``NvmlUnavailable``) is left to the caller.
+    """
+    if simulate:
+        from otel_gpu.nvml import fake
+
+        scenario = fake.load_scenario(simulate)
+        fake.install(fake.FakeNvml(scenario))
+        log.info("simulating NVML with scenario %s", scenario.name)
+    return Nvml()
+
+
+class Collector:
+    """The running collector: sampler thread, MeterProvider, HTTP endpoint."""
+
+    def __init__(
+        self,
+        config: Config,
+        nvml: Nvml,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.nvml = nvml
+        self._clock = clock
+        self.store = SnapshotStore()
+        self.sampler = Sampler(nvml, clock=clock)
+        self.sampler_thread = SamplerThread(self.sampler, self.store, config.interval)
+        reader, registry = new_reader()
+        self.provider, self.instruments = build_meter_provider(
+            build_resource(config.node_name), [reader], lambda: self.store.latest, clock=clock
+        )
+        self.cache = RenderCache(
+            registry, self._snapshot_seq, max_age=min(config.interval, 60.0), clock=clock
+        )
+        self.server = MetricsServer(config.listen, self.cache, self.readiness)
+
+    def _snapshot_seq(self) -> int:
+        latest = self.store.latest
+        return latest.seq if latest is not None else 0
+
+    @property
+    def stale_after(self) -> float:
+        """How old the latest sample may be before ``/readyz`` fails."""
+        return max(3 * self.config.interval, 30.0)
+
+    def readiness(self) -> tuple[bool, str]:
+        snap = self.store.latest
+        if snap is None:
+            return False, "not ready: no NVML sample has finished yet"
+        age = self._clock() - snap.taken_monotonic
+        if age > self.stale_after:
+            return False, (
+                f"not ready: the last NVML sample finished {age:.0f} s ago "
+                f"(interval {self.config.interval:g} s); the driver may be hung"
+            )
+        healthy = snap.healthy_devices()
+        if healthy == 0:
+            reasons = list(snap.errors) + [d.error for d in snap.devices if d.error]
+            return False, "not ready: no readable GPU: " + ("; ".join(reasons) or "none found")
+        return True, (
+            f"ready: {healthy} of {len(snap.devices)} device(s) readable, "
+            f"sample {snap.seq} finished {age:.1f} s ago"
+        )
+
+    def start(self) -> None:
+        self.server.start()
+        self.sampler_thread.start()
+        host, _ = self.config.listen
+        log.info("serving metrics on http://%s:%d/metrics (interval %g s)",
+                 host, self.server.port, self.config.interval)
+
+    def stop(self) -> None:
+        """Stops within a few seconds even if an NVML call is stuck."""
+        self.server.stop()
+        self.sampler_thread.stop(timeout=2.0)
+        self.provider.shutdown(timeout_millis=1000)
+        self.nvml.shutdown()

@@ -1,0 +1,163 @@
+"""Command line: ``otel-gpu [serve]``, ``otel-gpu check``, ``otel-gpu metrics``.
+
+Exit codes: 0 success; 1 ``check`` could read no GPU; 2 bad usage, bad
+configuration, or NVML unavailable. Every error is one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from typing import NoReturn
+
+from otel_gpu import __version__
+from otel_gpu._log import configure as configure_logging
+from otel_gpu.config import CONFIG_ENV, OPTIONS, Config, ConfigError, load
+
+log = logging.getLogger("otel_gpu")
+
+EXIT_OK, EXIT_NO_GPU, EXIT_USAGE = 0, 1, 2
+STOP_DEADLINE_S = 5.0
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its usage errors cut down to one line and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        _die(f"{message} (see otel-gpu --help)")
+
+
+def _die(message: str) -> NoReturn:
+    print(f"otel-gpu: error: {message}", file=sys.stderr)
+    raise SystemExit(EXIT_USAGE)
+
+
+def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    default = argparse.SUPPRESS if suppress else None
+    parser.add_argument("--config", metavar="FILE", default=default,
+                        help=f"YAML configuration file (also ${CONFIG_ENV})")
+    for option in OPTIONS:
+        metavar = {"listen": "HOST:PORT", "interval": "SECONDS", "simulate": "PROFILE|FILE"}.get(
+            option.key, option.key.split("_")[-1].upper()
+        )
+        parser.add_argument(
+            option.flag, dest=option.key, metavar=metavar, default=default,
+            help=f"{option.help} (${option.env}; default {option.default})",
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="otel-gpu",
+        description="OpenTelemetry-native NVIDIA GPU metrics collector.",
+        epilog="Without a command, otel-gpu serves metrics (same as 'otel-gpu serve').",
+    )
+    parser.add_argument("--version", action="version", version=f"otel-gpu {__version__}")
+    _common(parser, suppress=False)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    _common(sub.add_parser("serve", help="serve metrics (the default)"), suppress=True)
+    _common(sub.add_parser("check", help="sample once and print every device's values"),
+            suppress=True)
+    metrics = sub.add_parser("metrics", help="list the metric catalog")
+    metrics.add_argument("--format", choices=("text", "markdown"), default="text")
+    return parser
+
+
+def _config(args: argparse.Namespace) -> Config:
+    flags = {o.key: getattr(args, o.key, None) for o in OPTIONS}
+    try:
+        return load(flags, config_file=getattr(args, "config", None))
+    except ConfigError as exc:
+        _die(str(exc))
+
+
+def _open_nvml(config: Config):
+    from otel_gpu.app import open_nvml
+    from otel_gpu.nvml.fake import ScenarioError
+    from otel_gpu.nvml.library import NvmlUnavailable
+
+    try:
+        nvml = open_nvml(config.simulate)
+        nvml.init()
+    except ScenarioError as exc:
+        _die(str(exc))
+    except NvmlUnavailable as exc:
+        _die(
+            f"NVML could not be loaded: {exc}. Is the NVIDIA driver installed and "
+            f"libnvidia-ml.so.1 visible? To run without a GPU: otel-gpu --simulate h100x8"
+        )
+    return nvml
+
+
+def serve(config: Config) -> int:
+    from otel_gpu.app import Collector
+
+    nvml = _open_nvml(config)
+    try:
+        collector = Collector(config, nvml)
+    except OSError as exc:
+        host, port = config.listen
+        _die(f"listen {host}:{port}: {exc.strerror or exc}")
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    collector.start()
+    while not stop.wait(3600):
+        pass
+    finished = threading.Event()
+    threading.Thread(target=lambda: (collector.stop(), finished.set()), daemon=True).start()
+    if not finished.wait(STOP_DEADLINE_S - 0.5):
+        log.warning("shutdown did not finish in time; exiting anyway")
+    return EXIT_OK
+
+
+def check(config: Config) -> int:
+    from otel_gpu.catalog import CATALOG, device_observations
+    from otel_gpu.nvml.sampler import Sampler
+
+    nvml = _open_nvml(config)
+    try:
+        snapshot = Sampler(nvml).sample()
+    finally:
+        nvml.shutdown()
+    print(f"driver {snapshot.driver_version or 'unknown'}; "
+          f"{len(snapshot.devices)} device(s); sample took {snapshot.duration * 1000:.0f} ms")
+    for problem in snapshot.errors:
+        print(f"problem: {problem}")
+    for sample in snapshot.devices:
+        dev = sample.device
+        where = f"GPU {dev.index}" + (f" MIG {dev.mig_profile}" if dev.is_mig else "")
+        print(f"\n{where}  {dev.uuid}  {dev.name}  state={sample.state}")
+        if sample.error:
+            print(f"  error: {sample.error}")
+        for metric in CATALOG:
+            for value, attrs in device_observations(metric, sample):
+                if metric.name == "hw.status" and not value:
+                    continue
+                label = ",".join(f"{k}={v}" for k, v in attrs.items())
+                name = f"{metric.name}{{{label}}}" if label else metric.name
+                print(f"  {name:<58} {value:g} {metric.unit}")
+    return EXIT_OK if snapshot.healthy_devices() else EXIT_NO_GPU
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "metrics":
+        from otel_gpu import _docs
+
+        sys.stdout.write(_docs.markdown() if args.format == "markdown" else _docs.text_table())
+        return EXIT_OK
+    config = _config(args)
+    configure_logging(config.log_level, config.log_format)
+    if args.command == "check":
+        return check(config)
+    return serve(config)

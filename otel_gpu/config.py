@@ -1,0 +1,177 @@
+"""Configuration: defaults <- YAML file <- ``OTEL_GPU_*`` variables <- flags.
+
+:data:`OPTIONS` is the one list of settings: the CLI flags, the environment
+variable names, the config file keys and ``config/otel-gpu.yaml`` all come
+from it. Every bad value becomes one :class:`ConfigError` whose message
+names the setting, where it came from, and what is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from otel_gpu._log import FORMATS, LEVELS
+
+ENV_PREFIX = "OTEL_GPU_"
+CONFIG_ENV = ENV_PREFIX + "CONFIG"
+
+
+class ConfigError(ValueError):
+    """A bad setting; ``str()`` is one line fit to print before exiting 2."""
+
+
+# --- value parsers: raise ValueError with what was expected -------------------
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {None: 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(value: Any) -> float:
+    """``10``, ``2.5``, ``500ms``, ``10s``, ``1m`` -> seconds (> 0)."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration like 10s, 500ms or 2.5, got {value!r}")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value))
+        if not match:
+            raise ValueError(f"expected a duration like 10s, 500ms or 2.5, got {value!r}")
+        seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    if not seconds > 0:
+        raise ValueError(f"must be greater than 0, got {value!r}")
+    return seconds
+
+
+def parse_listen(value: Any) -> tuple[str, int]:
+    """``0.0.0.0:9400``, ``:9400``, ``[::]:9400`` -> (host, port)."""
+    text = str(value).strip()
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"expected HOST:PORT such as 0.0.0.0:9400, got {value!r}")
+    number = int(port)
+    if not 0 <= number <= 65535:
+        raise ValueError(f"port must be 0..65535, got {number}")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, number
+
+
+def _choice(allowed: tuple[str, ...]) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        text = str(value).strip().lower()
+        if text not in allowed:
+            raise ValueError(f"expected one of {', '.join(allowed)}, got {value!r}")
+        return text
+
+    return parse
+
+
+def _optional_text(value: Any) -> str | None:
+    text = "" if value is None else str(value).strip()
+    return text or None
+
+
+@dataclass(frozen=True)
+class Option:
+    key: str
+    default: Any
+    parse: Callable[[Any], Any]
+    help: str
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.key.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.key.upper()
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("listen", "0.0.0.0:9400", parse_listen,
+           "address of the Prometheus endpoint (/metrics, /healthz, /readyz)"),
+    Option("interval", "10s", parse_duration,
+           "how often NVML is sampled; scrapes in between are served from the last sample"),
+    Option("simulate", None, _optional_text,
+           "run against a simulated driver: a built-in profile (h100x8, a100-mig, t4) or a "
+           "scenario YAML file"),
+    Option("node_name", None, _optional_text,
+           "Kubernetes node name for the k8s.node.name resource attribute "
+           "(default: the NODE_NAME variable)"),
+    Option("log_level", "info", _choice(LEVELS), "debug, info, warning or error"),
+    Option("log_format", "text", _choice(FORMATS), "text, or json for one JSON object per line"),
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    listen: tuple[str, int]
+    interval: float
+    simulate: str | None
+    node_name: str | None
+    log_level: str
+    log_format: str
+
+
+def _read_file(path: str) -> dict[str, Any]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: cannot read it ({exc.strerror})") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError(f"config file {path}: {problem}{where}") from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise ConfigError(f"config file {path}: expected a mapping of settings at the top level")
+    known = {o.key for o in OPTIONS}
+    for key in doc:
+        if key not in known:
+            raise ConfigError(
+                f"config file {path}: unknown key {key!r}; known keys: {', '.join(sorted(known))}"
+            )
+    return doc
+
+
+def load(
+    flags: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    config_file: str | None = None,
+) -> Config:
+    """Merge every source; later sources override earlier ones.
+
+    ``flags`` holds only the flags the user gave (key -> raw value).
+    ``config_file`` defaults to ``$OTEL_GPU_CONFIG``.
+    """
+    flags = dict(flags or {})
+    env = os.environ if environ is None else environ
+    path = config_file or env.get(CONFIG_ENV) or None
+    from_file = _read_file(path) if path else {}
+    values: dict[str, Any] = {}
+    for option in OPTIONS:
+        raw, origin = option.default, "default"
+        if option.key in from_file:
+            raw, origin = from_file[option.key], f"config file {path}"
+        if option.env in env:
+            raw, origin = env[option.env], f"environment variable {option.env}"
+        if flags.get(option.key) is not None:
+            raw, origin = flags[option.key], f"flag {option.flag}"
+        try:
+            values[option.key] = option.parse(raw) if raw is not None else None
+        except ValueError as exc:
+            raise ConfigError(f"{option.key} (from {origin}): {exc}") from None
+    if values["node_name"] is None:
+        values["node_name"] = _optional_text(env.get("NODE_NAME"))
+    assert {f.name for f in fields(Config)} == set(values)
+    return Config(**values)

@@ -1,0 +1,1 @@
+"""Exporters: the Prometheus scrape endpoint (and OTLP push)."""

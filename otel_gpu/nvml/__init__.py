@@ -1,0 +1,1 @@
+"""NVML access: the wrapper, the sampler and the fake driver used for simulation."""

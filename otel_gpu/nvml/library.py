@@ -1,0 +1,139 @@
+"""The single wrapper every NVML call goes through.
+
+pynvml raises an ``NVMLError`` subclass for every non-zero return code. What
+the collector should do about one depends only on the code: a value the
+device cannot give is omitted, a device that is gone is marked failed, and
+anything else is retried on the next sample. :func:`classify` is that
+decision, and :class:`Nvml` applies it so no caller ever sees an exception
+from the driver.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import pynvml
+
+
+class Outcome(str, enum.Enum):
+    OK = "ok"
+    UNSUPPORTED = "unsupported"
+    """The device cannot give this value: omit it, log once, stop asking."""
+    DEVICE_FAILED = "device_failed"
+    """The device is lost or broken: mark it failed, drop its other series."""
+    TRANSIENT = "transient"
+    """Try again next sample."""
+
+
+_UNSUPPORTED = {
+    "NVML_ERROR_NOT_SUPPORTED",
+    "NVML_ERROR_NO_PERMISSION",
+    "NVML_ERROR_FUNCTION_NOT_FOUND",
+    "NVML_ERROR_ARGUMENT_VERSION_MISMATCH",
+    "NVML_ERROR_DEPRECATED",
+    "NVML_ERROR_INVALID_ARGUMENT",
+}
+_DEVICE_FAILED = {
+    "NVML_ERROR_GPU_IS_LOST",
+    "NVML_ERROR_UNKNOWN",
+    "NVML_ERROR_RESET_REQUIRED",
+    "NVML_ERROR_GPU_NOT_FOUND",
+    "NVML_ERROR_IRQ_ISSUE",
+    "NVML_ERROR_DRIVER_NOT_LOADED",
+    "NVML_ERROR_LIB_RM_VERSION_MISMATCH",
+    "NVML_ERROR_UNINITIALIZED",
+    "NVML_ERROR_INSUFFICIENT_POWER",
+}
+
+
+def _codes(module: ModuleType, names: set[str]) -> frozenset[int]:
+    return frozenset(getattr(module, n) for n in names if hasattr(module, n))
+
+
+def classify(code: int, module: ModuleType = pynvml) -> Outcome:
+    """Map an NVML return code to what the collector does about it."""
+    if code == module.NVML_SUCCESS:
+        return Outcome.OK
+    if code in _codes(module, _UNSUPPORTED):
+        return Outcome.UNSUPPORTED
+    if code in _codes(module, _DEVICE_FAILED):
+        return Outcome.DEVICE_FAILED
+    return Outcome.TRANSIENT
+
+
+def error_name(code: int, module: ModuleType = pynvml) -> str:
+    """``NOT_SUPPORTED`` for 3: the short name operators can search for."""
+    for name in dir(module):
+        if name.startswith("NVML_ERROR_") and getattr(module, name) == code:
+            return name[len("NVML_ERROR_"):]
+    return f"code {code}"
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one NVML call gave: a value, or an outcome with the driver's reason."""
+
+    value: Any = None
+    outcome: Outcome = Outcome.OK
+    code: int = 0
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is Outcome.OK
+
+
+class NvmlUnavailable(RuntimeError):
+    """NVML could not be initialised: no driver, or no library."""
+
+
+class Nvml:
+    """NVML behind one door: initialised once, every call counted and classified.
+
+    ``module`` is the pynvml module (tests pass the real one with a fake
+    library installed underneath it).
+    """
+
+    def __init__(self, module: ModuleType = pynvml) -> None:
+        self.module = module
+        self._calls = 0
+        self._lock = threading.Lock()
+        self._initialised = False
+
+    @property
+    def calls(self) -> int:
+        return self._calls
+
+    def init(self) -> None:
+        if self._initialised:
+            return
+        try:
+            self.module.nvmlInit()
+        except self.module.NVMLError as exc:
+            raise NvmlUnavailable(f"{exc} ({error_name(exc.value, self.module)})") from None
+        except OSError as exc:  # a broken libnvidia-ml.so can fail in the loader itself
+            raise NvmlUnavailable(str(exc)) from None
+        self._initialised = True
+
+    def shutdown(self) -> None:
+        if not self._initialised:
+            return
+        self._initialised = False
+        with contextlib.suppress(self.module.NVMLError):
+            self.module.nvmlShutdown()
+
+    def call(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Result:
+        """Run one pynvml function; never raises ``NVMLError``."""
+        with self._lock:
+            self._calls += 1
+        try:
+            return Result(func(*args, **kwargs))
+        except self.module.NVMLError as exc:
+            code = exc.value
+            return Result(None, classify(code, self.module), code, str(exc))

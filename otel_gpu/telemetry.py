@@ -1,0 +1,186 @@
+"""OpenTelemetry wiring: the Resource, the MeterProvider, and one instrument per catalog row.
+
+Every instrument is an observable one whose callback reads the latest
+snapshot from the store. A callback never calls NVML or the kubelet: each
+reader collection (a Prometheus scrape, an OTLP export) runs every callback
+again, so anything slow here would be paid once per reader per collection.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader
+from opentelemetry.sdk.resources import OTELResourceDetector, Resource
+
+from otel_gpu import __version__
+from otel_gpu.catalog import (
+    CATALOG,
+    GPU_INDEX,
+    HW_DRIVER_VERSION,
+    HW_ID,
+    HW_MODEL,
+    HW_NAME,
+    HW_PARENT,
+    HW_TYPE,
+    HW_VENDOR,
+    MIG_CI,
+    MIG_GI,
+    MIG_PROFILE,
+    PCI_BUS_ID,
+    Kind,
+    Metric,
+    device_observations,
+)
+from otel_gpu.snapshot import Device, Snapshot
+
+log = logging.getLogger(__name__)
+
+SCOPE = "otel_gpu"
+
+ExtraAttributes = Callable[[Device], Mapping[str, str]]
+
+
+def build_resource(
+    node_name: str | None = None, environ: Mapping[str, str] | None = None
+) -> Resource:
+    """The node's Resource: our defaults, overridden by ``OTEL_RESOURCE_ATTRIBUTES``.
+
+    ``OTEL_SERVICE_NAME`` wins over both, as the specification asks.
+    """
+    env = os.environ if environ is None else environ
+    attrs: dict[str, str] = {
+        "service.name": "otel-gpu",
+        "service.version": __version__,
+        "host.name": socket.gethostname(),
+    }
+    node = node_name or env.get("NODE_NAME")
+    if node:
+        attrs["k8s.node.name"] = node
+    resource = Resource.create(attrs)
+    if environ is None:
+        return resource.merge(OTELResourceDetector().detect())
+    # An explicit mapping (tests): apply the same rules without touching os.environ.
+    from_env: dict[str, str] = {}
+    for item in env.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
+        key, sep, value = item.partition("=")
+        if sep and key.strip():
+            from_env[key.strip()] = value.strip()
+    if env.get("OTEL_SERVICE_NAME"):
+        from_env["service.name"] = env["OTEL_SERVICE_NAME"]
+    return resource.merge(Resource(from_env))
+
+
+def device_attributes(device: Device, driver_version: str | None) -> dict[str, str | int]:
+    """The attributes every series of one device carries."""
+    attrs: dict[str, str | int] = {
+        HW_ID: device.uuid,
+        HW_TYPE: "gpu",
+        HW_VENDOR: "NVIDIA",
+        HW_MODEL: device.model,
+        HW_NAME: device.name,
+        GPU_INDEX: device.index,
+        PCI_BUS_ID: device.pci_bus_id,
+    }
+    if driver_version:
+        attrs[HW_DRIVER_VERSION] = driver_version
+    if device.is_mig:
+        attrs[HW_PARENT] = device.parent_uuid or ""
+        if device.mig_profile:
+            attrs[MIG_PROFILE] = device.mig_profile
+        if device.gpu_instance_id is not None:
+            attrs[MIG_GI] = device.gpu_instance_id
+        if device.compute_instance_id is not None:
+            attrs[MIG_CI] = device.compute_instance_id
+    return attrs
+
+
+class Instruments:
+    """Registers one observable instrument per catalog row on ``meter``.
+
+    ``latest`` returns the newest snapshot (or None before the first);
+    ``extra_attributes`` adds per-device attributes such as the pod holding
+    the device.
+    """
+
+    def __init__(
+        self,
+        meter: Meter,
+        latest: Callable[[], Snapshot | None],
+        *,
+        catalog: Sequence[Metric] = CATALOG,
+        clock: Callable[[], float] = time.monotonic,
+        extra_attributes: ExtraAttributes | None = None,
+    ) -> None:
+        self._latest = latest
+        self._clock = clock
+        self._extra = extra_attributes
+        self._attr_cache: dict[tuple[Device, str | None], dict[str, str | int]] = {}
+        for metric in catalog:
+            self._register(meter, metric)
+
+    def _register(self, meter: Meter, metric: Metric) -> None:
+        create = {
+            Kind.GAUGE: meter.create_observable_gauge,
+            Kind.COUNTER: meter.create_observable_counter,
+            Kind.UPDOWNCOUNTER: meter.create_observable_up_down_counter,
+        }[metric.kind]
+        create(
+            metric.name,
+            callbacks=[lambda options, m=metric: self.observe(m, options)],
+            unit=metric.unit,
+            description=metric.description,
+        )
+
+    def _base_attributes(self, device: Device, driver: str | None) -> dict[str, str | int]:
+        key = (device, driver)
+        attrs = self._attr_cache.get(key)
+        if attrs is None:
+            if len(self._attr_cache) > 4096:  # devices come and go only on hot-plug
+                self._attr_cache.clear()
+            attrs = self._attr_cache[key] = device_attributes(device, driver)
+        return attrs
+
+    def observe(
+        self, metric: Metric, options: CallbackOptions | None = None
+    ) -> Iterable[Observation]:
+        snapshot = self._latest()
+        if snapshot is None:
+            return []
+        if metric.per_node is not None:
+            return [
+                Observation(value, dict(attrs))
+                for value, attrs in metric.per_node(snapshot, self._clock())
+            ]
+        out: list[Observation] = []
+        for sample in snapshot.devices:
+            points = device_observations(metric, sample)
+            if not points:
+                continue
+            base = dict(self._base_attributes(sample.device, snapshot.driver_version))
+            if self._extra is not None:
+                base.update(self._extra(sample.device))
+            for value, attrs in points:
+                out.append(Observation(value, {**base, **attrs}))
+        return out
+
+
+def build_meter_provider(
+    resource: Resource,
+    readers: Sequence[MetricReader],
+    latest: Callable[[], Snapshot | None],
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    extra_attributes: ExtraAttributes | None = None,
+) -> tuple[MeterProvider, Instruments]:
+    """A MeterProvider with the catalog's instruments registered on it."""
+    provider = MeterProvider(metric_readers=list(readers), resource=resource)
+    meter = provider.get_meter(SCOPE, __version__)
+    instruments = Instruments(meter, latest, clock=clock, extra_attributes=extra_attributes)
+    return provider, instruments

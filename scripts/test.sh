@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs everything the test suite needs on a fresh Debian/Ubuntu machine,
+# then runs the linters and the whole suite. Usage: scripts/test.sh [pytest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v promtool >/dev/null 2>&1; then
+  echo "installing Debian's prometheus package (promtool and the server) for the tests" >&2
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e '.[test]'
+
+.venv/bin/ruff check .
+.venv/bin/python -m pytest "$@"

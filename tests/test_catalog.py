@@ -1,0 +1,160 @@
+"""The metric catalog: its rules, its conversions, and the generated docs."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from otel_gpu import _docs
+from otel_gpu.catalog import (
+    CATALOG,
+    MEM_TOTAL,
+    MEM_USED,
+    MHZ,
+    PERCENT,
+    Kind,
+    Point,
+    Source,
+    all_sources,
+    device_observations,
+)
+from otel_gpu.snapshot import FAILED, OK, Device, DeviceSample
+
+ROOT = Path(__file__).resolve().parents[1]
+BY_NAME = {m.name: m for m in CATALOG}
+
+# dcgm-exporter's default fields (REFERENCE.md section 1), and where each lives here.
+DCGM_DEFAULTS = {
+    "DCGM_FI_DEV_SM_CLOCK": "nvidia.gpu.clock.frequency",
+    "DCGM_FI_DEV_MEM_CLOCK": "nvidia.gpu.clock.frequency",
+    "DCGM_FI_DEV_MEMORY_TEMP": "hw.temperature",
+    "DCGM_FI_DEV_GPU_TEMP": "hw.temperature",
+    "DCGM_FI_DEV_POWER_USAGE": "hw.power",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "hw.energy",
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": "nvidia.gpu.pcie.replays",
+    "DCGM_FI_DEV_GPU_UTIL": "hw.gpu.utilization",
+    "DCGM_FI_DEV_MEM_COPY_UTIL": "nvidia.gpu.memory_controller.utilization",
+    "DCGM_FI_DEV_ENC_UTIL": "hw.gpu.utilization",
+    "DCGM_FI_DEV_DEC_UTIL": "hw.gpu.utilization",
+    "DCGM_FI_DEV_XID_ERRORS": "nvidia.gpu.xid.errors",
+    "DCGM_FI_DEV_FB_FREE": "nvidia.gpu.memory.free",
+    "DCGM_FI_DEV_FB_USED": "hw.gpu.memory.usage",
+    "DCGM_FI_DEV_FB_RESERVED": "nvidia.gpu.memory.reserved",
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": "nvidia.gpu.nvlink.io",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": "nvidia.gpu.memory.remapped_rows",
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": "nvidia.gpu.memory.remapped_rows",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": "nvidia.gpu.memory.row_remap.failure",
+    # DCGM_FI_DEV_VGPU_LICENSE_STATUS: only meaningful inside a vGPU guest; not exported.
+}
+
+
+def test_names_are_unique_and_namespaced():
+    names = [m.name for m in CATALOG]
+    assert len(names) == len(set(names))
+    for name in names:
+        assert name.split(".")[0] in {"hw", "nvidia", "otel_gpu"}, name
+
+
+def test_every_row_has_a_value_source_and_docs():
+    for m in CATALOG:
+        assert bool(m.points) != bool(m.per_device or m.per_node), m.name
+        assert m.description and m.unit, m.name
+        assert m.describe_source(), m.name
+
+
+def test_semantic_convention_kinds_and_units():
+    expected = {
+        "hw.gpu.utilization": (Kind.GAUGE, "1"),
+        "hw.gpu.memory.usage": (Kind.UPDOWNCOUNTER, "By"),
+        "hw.gpu.memory.limit": (Kind.UPDOWNCOUNTER, "By"),
+        "hw.gpu.memory.utilization": (Kind.GAUGE, "1"),
+        "hw.gpu.io": (Kind.COUNTER, "By"),
+        "hw.errors": (Kind.COUNTER, "{error}"),
+        "hw.status": (Kind.UPDOWNCOUNTER, "1"),
+        "hw.power": (Kind.GAUGE, "W"),
+        "hw.energy": (Kind.COUNTER, "J"),
+        "hw.temperature": (Kind.GAUGE, "Cel"),
+    }
+    for name, (kind, unit) in expected.items():
+        assert (BY_NAME[name].kind, BY_NAME[name].unit) == (kind, unit), name
+
+
+def test_dcgm_default_fields_are_covered():
+    for field_name, metric in DCGM_DEFAULTS.items():
+        assert metric in BY_NAME, field_name
+
+
+def test_kubernetes_deprecation_values_are_covered():
+    # utilization, framebuffer used and free, GPU and memory temperature, power, SM and memory clocks
+    temps = {p.attributes["hw.sensor_location"] for p in BY_NAME["hw.temperature"].points}
+    assert temps == {"gpu", "memory"}
+    domains = {p.attributes["nvidia.gpu.clock.domain"]
+               for p in BY_NAME["nvidia.gpu.clock.frequency"].points}
+    assert {"sm", "memory"} <= domains
+    tasks = {p.attributes["hw.gpu.task"] for p in BY_NAME["hw.gpu.utilization"].points}
+    assert tasks == {"general", "encoder", "decoder"}
+
+
+def test_sources_are_read_in_one_of_two_ways():
+    sources = all_sources()
+    assert len({s.key for s in sources}) == len(sources)
+    for s in sources:
+        assert (s.field_id is None) != (s.reader is None), s.key
+
+
+def test_conversions():
+    values = {"util.gpu": 45.0, "memory.used": 25.0, "memory.total": 100.0, "clock.sm": 1980.0,
+              "bits": 0b101}
+    util = Source("util.gpu", "x", "%", reader="r")
+    assert Point(util, conversion=PERCENT).value(values) == pytest.approx(0.45)
+    assert Point(MEM_USED, per=MEM_TOTAL).value(values) == 0.25
+    sm = Source("clock.sm", "x", "MHz", reader="r")
+    assert Point(sm, conversion=MHZ).value(values) == 1.98e9
+    bits = Source("bits", "x", "bitmask", reader="r")
+    assert Point(bits, bit=0b100).value(values) == 1.0
+    assert Point(bits, bit=0b010).value(values) == 0.0
+    assert Point(Source("absent", "x", "1", reader="r")).value(values) is None
+    assert Point(MEM_USED, per=MEM_TOTAL).value({"memory.used": 1.0, "memory.total": 0}) is None
+
+
+def _sample(state=OK, **values):
+    device = Device("GPU-1", 0, "NVIDIA H100", "NVIDIA H100", "00000000:18:00.0")
+    return DeviceSample(device=device, state=state, values=values)
+
+
+def test_missing_values_are_omitted_not_zero():
+    sample = _sample(**{"temp.gpu": 61.0})
+    temps = device_observations(BY_NAME["hw.temperature"], sample)
+    assert temps == [(61.0, {"hw.sensor_location": "gpu"})]
+    assert device_observations(BY_NAME["nvidia.gpu.fan.speed"], sample) == []
+    for m in CATALOG:
+        for value, _ in device_observations(m, sample):
+            assert math.isfinite(value)
+
+
+def test_failed_device_keeps_only_status():
+    sample = _sample(state=FAILED, **{"temp.gpu": 61.0})
+    for m in CATALOG:
+        points = device_observations(m, sample)
+        if m.name == "hw.status":
+            assert {a["hw.state"]: v for v, a in points} == {
+                "ok": 0.0, "degraded": 0.0, "failed": 1.0, "predicted_failure": 0.0}
+        else:
+            assert points == [], m.name
+
+
+def test_prometheus_names():
+    assert _docs.prometheus_name(BY_NAME["hw.gpu.memory.usage"]) == "hw_gpu_memory_usage_bytes"
+    assert _docs.prometheus_name(BY_NAME["hw.energy"]) == "hw_energy_joules_total"
+    assert _docs.prometheus_name(BY_NAME["hw.temperature"]) == "hw_temperature_celsius"
+    assert _docs.prometheus_name(BY_NAME["hw.errors"]) == "hw_errors_total"
+    assert _docs.prometheus_name(BY_NAME["hw.gpu.io"]) == "hw_gpu_io_bytes_total"
+
+
+def test_docs_are_up_to_date():
+    on_disk = (ROOT / "docs" / "metrics.md").read_text()
+    assert on_disk == _docs.markdown(), (
+        "docs/metrics.md is stale: run `otel-gpu metrics --format markdown > docs/metrics.md`"
+    )

@@ -1,0 +1,115 @@
+"""Instruments read the snapshot; the Resource follows the OTEL_* rules."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+import pytest
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from otel_gpu.snapshot import FAILED, OK, Device, DeviceSample, Snapshot
+from otel_gpu.telemetry import build_meter_provider, build_resource, device_attributes
+
+GPU = Device("GPU-aaaa", 0, "NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "00000000:18:00.0",
+             minor_number=0)
+MIG = Device("MIG-bbbb", 1, "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "NVIDIA A100-SXM4-40GB",
+             "00000000:3B:00.0", parent_uuid="GPU-cccc", gpu_instance_id=13,
+             compute_instance_id=0, mig_profile="1g.5gb")
+
+
+def _snapshot(samples, seq=1, taken=100.0):
+    return Snapshot(seq=seq, taken_at=1.7e9, taken_monotonic=taken, duration=0.02,
+                    driver_version="550.90.07", devices=tuple(samples), nvml_calls=42)
+
+
+def _points(reader):
+    out = {}
+    data = reader.get_metrics_data()
+    for rm in data.resource_metrics if data is not None else ():
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                out[metric.name] = [(p.value, dict(p.attributes)) for p in metric.data.data_points]
+    return out
+
+
+@pytest.fixture
+def pipeline():
+    state = {"snap": None, "now": 105.0}
+    reader = InMemoryMetricReader()
+    provider, _ = build_meter_provider(build_resource(environ={}), [reader],
+                                       lambda: state["snap"], clock=lambda: state["now"])
+    yield state, reader
+    provider.shutdown()
+
+
+def test_nothing_before_the_first_sample(pipeline):
+    state, reader = pipeline
+    assert _points(reader) == {}
+
+
+def test_values_are_converted_and_attributed(pipeline):
+    state, reader = pipeline
+    values = {"util.gpu": 45, "memory.used": 2 * 2**30, "memory.total": 8 * 2**30, "power": 312_500,
+              "energy": 9_000_000, "temp.gpu": 61, "clock.sm": 1980}
+    state["snap"] = _snapshot([DeviceSample(GPU, OK, MappingProxyType(values))])
+    points = _points(reader)
+    attrs = device_attributes(GPU, "550.90.07")
+    assert points["hw.power"] == [(312.5, attrs)]
+    assert points["hw.energy"] == [(9000.0, attrs)]
+    assert points["hw.gpu.memory.usage"] == [(2 * 2**30, attrs)]
+    assert points["hw.gpu.memory.utilization"] == [(0.25, attrs)]
+    assert points["hw.gpu.utilization"] == [(0.45, {**attrs, "hw.gpu.task": "general"})]
+    assert points["hw.temperature"] == [(61, {**attrs, "hw.sensor_location": "gpu"})]
+    assert points["nvidia.gpu.clock.frequency"] == [
+        (1.98e9, {**attrs, "nvidia.gpu.clock.domain": "sm"})]
+    assert "nvidia.gpu.fan.speed" not in points  # never read: no series, not a zero
+    assert points["otel_gpu.sample.age"] == [(5.0, {})]
+    assert points["otel_gpu.nvml.requests"] == [(42, {})]
+
+
+def test_device_attributes():
+    attrs = device_attributes(GPU, "550.90.07")
+    assert attrs == {
+        "hw.id": "GPU-aaaa", "hw.type": "gpu", "hw.vendor": "NVIDIA",
+        "hw.model": "NVIDIA H100 80GB HBM3", "hw.name": "NVIDIA H100 80GB HBM3",
+        "nvidia.gpu.index": 0, "nvidia.gpu.pci_bus_id": "00000000:18:00.0",
+        "hw.driver_version": "550.90.07",
+    }
+    mig = device_attributes(MIG, None)
+    assert mig["hw.parent"] == "GPU-cccc"
+    assert mig["nvidia.gpu.mig.profile"] == "1g.5gb"
+    assert mig["nvidia.gpu.mig.gpu_instance_id"] == 13
+    assert "hw.driver_version" not in mig
+
+
+def test_failed_device_series_disappear(pipeline):
+    state, reader = pipeline
+    state["snap"] = _snapshot([DeviceSample(GPU, OK, MappingProxyType({"temp.gpu": 61}))])
+    assert "hw.temperature" in _points(reader)
+    state["snap"] = _snapshot([DeviceSample(GPU, FAILED, error="GPU is lost")], seq=2)
+    points = _points(reader)
+    assert points.get("hw.temperature", []) == []
+    status = {a["hw.state"]: v for v, a in points["hw.status"]}
+    assert status["failed"] == 1 and status["ok"] == 0
+
+
+def test_resource_defaults_and_overrides():
+    res = build_resource(environ={"NODE_NAME": "node-1"}).attributes
+    assert res["service.name"] == "otel-gpu"
+    assert res["k8s.node.name"] == "node-1"
+    assert res["host.name"]
+    assert res["service.version"]
+    env = {"OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=prod,service.name=from-attrs",
+           "OTEL_SERVICE_NAME": "gpu-fleet"}
+    res = build_resource("node-2", environ=env).attributes
+    assert res["deployment.environment"] == "prod"
+    assert res["service.name"] == "gpu-fleet"  # OTEL_SERVICE_NAME wins
+    assert res["k8s.node.name"] == "node-2"
+
+
+def test_resource_from_process_environment(monkeypatch):
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "cloud.region=eu-west-4")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "gpus")
+    res = build_resource().attributes
+    assert res["cloud.region"] == "eu-west-4"
+    assert res["service.name"] == "gpus"
