@@ -145,7 +145,8 @@ def check(config: Config) -> int:
                     continue
                 label = ",".join(f"{k}={v}" for k, v in attrs.items())
                 name = f"{metric.name}{{{label}}}" if label else metric.name
-                print(f"  {name:<58} {value:g} {metric.unit}")
+                shown = f"{int(value)}" if float(value).is_integer() else f"{value:.6g}"
+                print(f"  {name:<58} {shown} {metric.unit}")
     return EXIT_OK if snapshot.healthy_devices() else EXIT_NO_GPU
 
 

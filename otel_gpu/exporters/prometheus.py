@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import generate_latest
 
 from otel_gpu._log import RateLimitedLog
 
@@ -27,11 +27,15 @@ log = logging.getLogger(__name__)
 
 Readiness = Callable[[], "tuple[bool, str]"]
 
+# The classic text format, which every Prometheus version and promtool read.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
 
 def new_reader() -> tuple[PrometheusMetricReader, CollectorRegistry]:
     """A Prometheus reader on a private registry (never the process-global one)."""
     registry = CollectorRegistry(auto_describe=False)
-    return PrometheusMetricReader(registry=registry), registry
+    # Scope labels (otel_scope_name=...) would repeat one constant on every series.
+    return PrometheusMetricReader(registry=registry, scope_info_enabled=False), registry
 
 
 @dataclass(frozen=True)
@@ -105,7 +109,7 @@ class _Handler(BaseHTTPRequestHandler):
         accepts_gzip = "gzip" in (self.headers.get("Accept-Encoding") or "")
         body = rendered.gzipped if accepts_gzip else rendered.body
         self.send_response(200)
-        self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.send_header("Content-Type", CONTENT_TYPE)
         if accepts_gzip:
             self.send_header("Content-Encoding", "gzip")
         self.send_header("Content-Length", str(len(body)))

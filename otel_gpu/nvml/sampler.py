@@ -344,9 +344,15 @@ class Sampler:
 
     def _read(self, t: _Tracked) -> DeviceSample:
         values: dict[str, float] = {}
+        newly_unsupported: list[str] = []
         failure = t.parent.failure if t.parent is not None else None
         if failure is None:
-            failure = self._read_fields(t, values) or self._read_calls(t, values)
+            failure = self._read_fields(t, values, newly_unsupported) or self._read_calls(
+                t, values, newly_unsupported
+            )
+        if newly_unsupported:  # each (device, value) pair is reported once, in one line
+            log.info("%s: not available, omitted from now on: %s",
+                     t.label(), ", ".join(newly_unsupported))
         if failure is not None and t.failure is None:
             log.error("%s failed: %s; its series are dropped and hw.status reports failed",
                       t.label(), failure)
@@ -371,29 +377,29 @@ class Sampler:
             return DEGRADED
         return OK
 
-    def _outcome(self, t: _Tracked, what: str, res: Result) -> str | None:
+    def _outcome(self, t: _Tracked, what: str, res: Result, unsupported: list[str]) -> str | None:
         """Act on a failed read; returns the failure text when the device failed."""
         if res.outcome is Outcome.DEVICE_FAILED:
             return f"{res.message} ({error_name(res.code, self._m)}) in {what}"
         if res.outcome is Outcome.UNSUPPORTED:
             t.unsupported.add(what)
-            self._once((t.device.uuid, what), logging.INFO,
-                       "%s: %s not available (%s); that value is omitted",
-                       t.label(), what, error_name(res.code, self._m))
+            unsupported.append(f"{what} ({error_name(res.code, self._m)})")
         else:
             self._limited((t.device.uuid, what), logging.WARNING,
                           "%s: reading %s failed (%s); retrying next sample",
                           t.label(), what, res.message)
         return None
 
-    def _read_fields(self, t: _Tracked, values: dict[str, float]) -> str | None:
+    def _read_fields(
+        self, t: _Tracked, values: dict[str, float], unsupported: list[str]
+    ) -> str | None:
         wanted = [s for s in self._fields if s.key not in t.unsupported]
         if not wanted or "fields" in t.unsupported:
             return None
         m = self._m
         res = self._nvml.call(m.nvmlDeviceGetFieldValues, t.handle, [s.field_id for s in wanted])
         if not res.ok:
-            return self._outcome(t, "fields", res)
+            return self._outcome(t, "fields", res, unsupported)
         for src, entry in zip(wanted, res.value, strict=False):
             code = int(entry.nvmlReturn)
             if code == m.NVML_SUCCESS:
@@ -402,13 +408,15 @@ class Sampler:
                     values[src.key] = value
                 continue
             failure = self._outcome(
-                t, src.key, Result(None, classify(code, m), code, error_name(code, m))
+                t, src.key, Result(None, classify(code, m), code, error_name(code, m)), unsupported
             )
             if failure is not None:
                 return failure
         return None
 
-    def _read_calls(self, t: _Tracked, values: dict[str, float]) -> str | None:
+    def _read_calls(
+        self, t: _Tracked, values: dict[str, float], unsupported: list[str]
+    ) -> str | None:
         for name in self._readers:
             if name in t.unsupported:
                 continue
@@ -416,7 +424,7 @@ class Sampler:
             if res.ok:
                 values.update(res.value)
                 continue
-            failure = self._outcome(t, name, res)
+            failure = self._outcome(t, name, res, unsupported)
             if failure is not None:
                 return failure
         return None

@@ -1,0 +1,82 @@
+"""The NVML wrapper: error codes become outcomes, never exceptions."""
+
+from __future__ import annotations
+
+import ctypes.util
+
+import pynvml
+import pytest
+
+from otel_gpu.nvml import fake
+from otel_gpu.nvml.library import Nvml, NvmlUnavailable, Outcome, classify, error_name
+
+
+@pytest.mark.parametrize(
+    ("code", "outcome"),
+    [
+        (pynvml.NVML_SUCCESS, Outcome.OK),
+        (pynvml.NVML_ERROR_NOT_SUPPORTED, Outcome.UNSUPPORTED),
+        (pynvml.NVML_ERROR_NO_PERMISSION, Outcome.UNSUPPORTED),
+        (pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, Outcome.UNSUPPORTED),
+        (pynvml.NVML_ERROR_GPU_IS_LOST, Outcome.DEVICE_FAILED),
+        (pynvml.NVML_ERROR_UNKNOWN, Outcome.DEVICE_FAILED),
+        (pynvml.NVML_ERROR_RESET_REQUIRED, Outcome.DEVICE_FAILED),
+        (pynvml.NVML_ERROR_TIMEOUT, Outcome.TRANSIENT),
+        (pynvml.NVML_ERROR_NO_DATA, Outcome.TRANSIENT),
+        (12345, Outcome.TRANSIENT),
+    ],
+)
+def test_classify(code, outcome):
+    assert classify(code) is outcome
+
+
+def test_error_name():
+    assert error_name(pynvml.NVML_ERROR_GPU_IS_LOST) == "GPU_IS_LOST"
+    assert error_name(4242) == "code 4242"
+
+
+@pytest.fixture
+def nvml(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "devices:\n"
+        "  - name: Tesla T4\n"
+        "    memory: {total: 1000, used: 10}\n"
+        "    unsupported: [nvmlDeviceGetFanSpeed]\n"
+        "    lost_after: 1\n"
+    )
+    lib = fake.FakeNvml(fake.load_scenario(str(path)))
+    fake.install(lib)
+    wrapper = Nvml()
+    wrapper.init()
+    yield wrapper, lib
+    wrapper.shutdown()
+    fake.uninstall()
+
+
+def test_call_returns_values_and_outcomes(nvml):
+    wrapper, lib = nvml
+    assert wrapper.call(pynvml.nvmlDeviceGetCount).value == 1  # sample 1
+    handle = wrapper.call(pynvml.nvmlDeviceGetHandleByIndex, 0).value
+    assert wrapper.call(pynvml.nvmlDeviceGetMemoryInfo, handle).value.total == 1000
+    fan = wrapper.call(pynvml.nvmlDeviceGetFanSpeed, handle)
+    assert fan.outcome is Outcome.UNSUPPORTED and fan.code == pynvml.NVML_ERROR_NOT_SUPPORTED
+    wrapper.call(pynvml.nvmlDeviceGetCount)  # sample 2: the GPU is lost
+    lost = wrapper.call(pynvml.nvmlDeviceGetMemoryInfo, handle)
+    assert lost.outcome is Outcome.DEVICE_FAILED and "lost" in lost.message.lower()
+    assert wrapper.calls == 6
+
+
+def test_missing_symbol_is_unsupported(nvml):
+    wrapper, _ = nvml
+    handle = wrapper.call(pynvml.nvmlDeviceGetHandleByIndex, 0).value
+    res = wrapper.call(pynvml.nvmlDeviceGetGspFirmwareVersion, handle)
+    assert res.outcome is Outcome.UNSUPPORTED
+
+
+@pytest.mark.skipif(ctypes.util.find_library("nvidia-ml") is not None,
+                    reason="an NVIDIA driver is installed here")
+def test_no_driver_is_a_clear_error():
+    assert pynvml.nvmlLib is None
+    with pytest.raises(NvmlUnavailable, match="LIBRARY_NOT_FOUND"):
+        Nvml().init()

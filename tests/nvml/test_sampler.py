@@ -1,0 +1,232 @@
+"""The sampler against the fake driver, through the real pynvml functions."""
+
+from __future__ import annotations
+
+import logging
+import textwrap
+
+import pytest
+
+from otel_gpu.nvml import fake
+from otel_gpu.nvml.library import Nvml
+from otel_gpu.nvml.sampler import Sampler, SamplerThread, SnapshotStore, mig_profile
+from otel_gpu.snapshot import FAILED, OK, PREDICTED_FAILURE
+
+
+@pytest.fixture
+def driver(tmp_path):
+    """driver(profile_or_yaml) -> (FakeNvml, Sampler); uninstalls afterwards."""
+
+    def make(spec: str, **sampler_kw):
+        if "\n" in spec:
+            path = tmp_path / "scenario.yaml"
+            path.write_text(textwrap.dedent(spec))
+            spec = str(path)
+        lib = fake.FakeNvml(fake.load_scenario(spec), sleep=sleeps.append)
+        fake.install(lib)
+        nvml = Nvml()
+        nvml.init()
+        return lib, Sampler(nvml, **sampler_kw)
+
+    sleeps: list[float] = []
+    make.sleeps = sleeps
+    yield make
+    fake.uninstall()
+
+
+def test_discovers_h100x8(driver):
+    lib, sampler = driver("h100x8")
+    snap = sampler.sample()
+    assert snap.seq == 1 and not snap.errors
+    devices = [s.device for s in snap.devices]
+    assert [d.index for d in devices] == list(range(8))
+    assert len({d.uuid for d in devices}) == 8
+    assert all(d.uuid.startswith("GPU-") and d.model == "NVIDIA H100 80GB HBM3" for d in devices)
+    assert len({d.pci_bus_id for d in devices}) == 8
+    assert {d.numa_node for d in devices} == {0, 1}
+    assert snap.driver_version == "550.90.07"
+    assert all(s.state == OK for s in snap.devices)
+    assert snap.devices[0].values["memory.total"] == 85520809984
+
+
+def test_discovers_mig_instances_with_their_parent(driver):
+    lib, sampler = driver("a100-mig")
+    snap = sampler.sample()
+    migs = [s.device for s in snap.devices if s.device.is_mig]
+    gpus = {s.device.uuid: s.device for s in snap.devices if not s.device.is_mig}
+    assert len(gpus) == 3 and len(migs) == 4
+    assert {m.mig_profile for m in migs} == {"3g.20gb", "2g.10gb", "1g.5gb"}
+    assert sorted(m.gpu_instance_id for m in migs) == [1, 5, 13, 14]
+    for mig in migs:
+        assert mig.uuid.startswith("MIG-")
+        assert gpus[mig.parent_uuid].index == mig.index == 0
+        assert mig.compute_instance_id == 0
+    by_uuid = {s.device.uuid: s for s in snap.devices}
+    assert by_uuid[migs[0].uuid].values["memory.total"] > 0
+
+
+def test_fields_are_read_in_one_batched_call_per_device(driver):
+    lib, sampler = driver("h100x8")
+    sampler.sample()
+    assert lib.calls["nvmlDeviceGetFieldValues"] == 8
+    sampler.sample()
+    assert lib.calls["nvmlDeviceGetFieldValues"] == 16
+    snap = sampler.sample()
+    values = snap.devices[0].values
+    for key in ("energy", "temp.memory", "pcie.tx", "pcie.rx", "pcie.replay", "nvlink.tx"):
+        assert key in values, key
+
+
+def test_counters_rise(driver):
+    lib, sampler = driver("h100x8")
+    first = sampler.sample().devices[0].values["energy"]
+    second = sampler.sample().devices[0].values["energy"]
+    assert second > first
+
+
+def test_unsupported_values_are_omitted_logged_once_and_not_asked_again(driver, caplog):
+    lib, sampler = driver("t4")
+    caplog.set_level(logging.INFO, logger="otel_gpu")
+    for _ in range(3):
+        snap = sampler.sample()
+    values = snap.devices[0].values
+    assert "temp.memory" not in values and "fan" not in values
+    assert "temp.gpu" in values and "energy" in values
+    uuid = snap.devices[0].device.uuid
+    lines = [r.getMessage() for r in caplog.records
+             if uuid in r.getMessage() and "temp.memory (NOT_SUPPORTED)" in r.getMessage()]
+    assert len(lines) == 1
+    assert lib.calls["nvmlDeviceGetFanSpeed"] == 2  # once per GPU, then never again
+
+
+def test_lost_gpu_is_failed_and_the_others_are_read(driver):
+    lib, sampler = driver("""
+        devices:
+          - name: NVIDIA H100 80GB HBM3
+            count: 2
+            memory: {total: 1000, used: 10}
+            temperature: 40
+          - name: NVIDIA H100 80GB HBM3
+            memory: {total: 1000, used: 10}
+            temperature: 40
+            lost_after: 2
+    """)
+    assert [s.state for s in sampler.sample().devices] == [OK, OK, OK]
+    assert [s.state for s in sampler.sample().devices] == [OK, OK, OK]
+    snap = sampler.sample()
+    assert [s.state for s in snap.devices] == [OK, OK, FAILED]
+    lost = snap.devices[2]
+    assert lost.values == {} and "GPU is lost" in lost.error
+    assert snap.devices[0].values["temp.gpu"] == 40
+    calls = lib.total_calls
+    sampler.sample()
+    # a failed device costs one call per sample, not one per value
+    assert lib.total_calls - calls < 30
+
+
+def test_unknown_error_fails_the_device(driver):
+    lib, sampler = driver("""
+        devices:
+          - name: Tesla T4
+            memory: {total: 1000, used: 10}
+            power: 70000
+            errors: {nvmlDeviceGetPowerUsage: UNKNOWN}
+    """)
+    snap = sampler.sample()
+    assert snap.devices[0].state == FAILED and "nvmlDeviceGetPowerUsage" not in snap.errors
+
+
+def test_transient_error_is_retried(driver):
+    lib, sampler = driver("""
+        devices:
+          - name: Tesla T4
+            memory: {total: 1000, used: 10}
+            power: 70000
+            errors: {nvmlDeviceGetPowerUsage: NO_DATA}
+    """)
+    for _ in range(3):
+        snap = sampler.sample()
+    assert snap.devices[0].state == OK and "power" not in snap.devices[0].values
+    assert lib.calls["nvmlDeviceGetPowerUsage"] == 3
+
+
+def test_row_remap_failure_predicts_failure(driver):
+    lib, sampler = driver("""
+        devices:
+          - name: NVIDIA A100-SXM4-80GB
+            memory: {total: 1000, used: 10}
+            fields: {REMAPPED_FAILURE: 1, REMAPPED_PENDING: 0}
+    """)
+    assert sampler.sample().devices[0].state == PREDICTED_FAILURE
+
+
+def test_xid_events_are_counted_per_code(driver):
+    lib, sampler = driver("""
+        devices:
+          - name: NVIDIA H100 80GB HBM3
+            count: 2
+            memory: {total: 1000, used: 10}
+            xid: [{sample: 2, code: 79}, {sample: 3, code: 79}, {sample: 3, code: 48}]
+    """)
+    assert dict(sampler.sample().devices[0].xid_counts) == {}
+    sampler.sample()
+    snap = sampler.sample()
+    assert dict(snap.devices[0].xid_counts) == {79: 2, 48: 1}
+
+
+def test_slow_call_is_slow_in_the_sampler_only(driver):
+    lib, sampler = driver("""
+        devices:
+          - name: NVIDIA H100 80GB HBM3
+            memory: {total: 1000, used: 10}
+            power: 100000
+            slow: [{function: nvmlDeviceGetPowerUsage, seconds: 2.5, after: 1}]
+    """)
+    sampler.sample()
+    assert driver.sleeps == []
+    sampler.sample()
+    assert driver.sleeps == [2.5]
+
+
+def test_no_gpu_and_a_failing_count_are_reported_not_raised(driver):
+    lib, sampler = driver("""
+        devices: []
+    """)
+    assert sampler.sample().errors == ("NVML reports no GPU",)
+    fake.uninstall()
+    lib, sampler = driver("""
+        errors: {nvmlDeviceGetCount_v2: DRIVER_NOT_LOADED}
+        devices:
+          - name: Tesla T4
+            memory: {total: 1000, used: 10}
+    """)
+    snap = sampler.sample()
+    assert snap.devices == () and "nvmlDeviceGetCount failed" in snap.errors[0]
+
+
+def test_mig_profile_parsing():
+    assert mig_profile("NVIDIA A100-SXM4-40GB MIG 1g.5gb") == "1g.5gb"
+    assert mig_profile("NVIDIA H100 80GB HBM3 MIG 1g.10gb+me") == "1g.10gb+me"
+    assert mig_profile("NVIDIA H100 80GB HBM3") is None
+
+
+def test_sampler_thread_survives_a_bug(driver):
+    class Flaky:
+        def __init__(self, inner):
+            self.inner, self.calls = inner, 0
+
+        def sample(self):
+            self.calls += 1
+            if self.calls == 1:
+                raise RuntimeError("a bug")
+            return self.inner.sample()
+
+    lib, sampler = driver("t4")
+    store = SnapshotStore()
+    thread = SamplerThread(Flaky(sampler), store, interval=0.01, max_backoff=0.05)
+    thread.start()
+    try:
+        snap = store.wait_for(1, timeout=10)
+        assert snap is not None and snap.seq >= 1
+    finally:
+        thread.stop()
