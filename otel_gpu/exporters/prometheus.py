@@ -133,6 +133,7 @@ class MetricsServer(ThreadingHTTPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128  # many scrapers at once must not overflow the listen backlog
 
     def __init__(self, address: tuple[str, int], cache: RenderCache, readiness: Readiness) -> None:
         self.cache = cache
