@@ -169,7 +169,7 @@ UTIL_MEM = Source(
 )
 UTIL_ENC = Source("util.encoder", "nvmlDeviceGetEncoderUtilization", "%", reader="encoder")
 UTIL_DEC = Source("util.decoder", "nvmlDeviceGetDecoderUtilization", "%", reader="decoder")
-TEMP_GPU = Source("temp.gpu", "nvmlDeviceGetTemperature(GPU)", "Cel", reader="temperature")
+TEMP_GPU = Source("temp.gpu", "nvmlDeviceGetTemperatureV(GPU)", "Cel", reader="temperature")
 POWER = Source("power", "nvmlDeviceGetPowerUsage", "mW", reader="power")
 CLOCK_GRAPHICS = Source(
     "clock.graphics", "nvmlDeviceGetClockInfo(GRAPHICS)", "MHz", reader="clock.graphics"

@@ -38,13 +38,19 @@ log = logging.getLogger(__name__)
 # --- readers: one NVML call each, returning raw values by source key ---------
 
 
+def _older_driver(m: ModuleType, exc: Exception) -> bool:
+    """Whether a newer NVML entry point is missing, so its older form should be used."""
+    return getattr(exc, "value", None) in (
+        m.NVML_ERROR_FUNCTION_NOT_FOUND, m.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+    )
+
+
 def _memory(m: ModuleType, handle: Any) -> dict[str, float]:
     try:
         mem = m.nvmlDeviceGetMemoryInfo(handle, version=m.nvmlMemory_v2)
         reserved: float | None = mem.reserved
     except m.NVMLError as exc:  # drivers before R510 have only the v1 call
-        old_driver = (m.NVML_ERROR_FUNCTION_NOT_FOUND, m.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
-        if exc.value not in old_driver:
+        if not _older_driver(m, exc):
             raise
         mem = m.nvmlDeviceGetMemoryInfo(handle)
         reserved = None
@@ -52,6 +58,16 @@ def _memory(m: ModuleType, handle: Any) -> dict[str, float]:
     if reserved is not None:
         out["memory.reserved"] = reserved
     return out
+
+
+def _temperature(m: ModuleType, handle: Any) -> dict[str, float]:
+    try:
+        value = m.nvmlDeviceGetTemperatureV(handle, m.NVML_TEMPERATURE_GPU)
+    except m.NVMLError as exc:  # the versioned call arrived with R535
+        if not _older_driver(m, exc):
+            raise
+        value = m.nvmlDeviceGetTemperature(handle, m.NVML_TEMPERATURE_GPU)
+    return {"temp.gpu": value}
 
 
 def _utilization(m: ModuleType, handle: Any) -> dict[str, float]:
@@ -77,9 +93,7 @@ READERS: Mapping[str, Callable[[ModuleType, Any], Mapping[str, float]]] = Mappin
     "utilization": _utilization,
     "encoder": lambda m, h: {"util.encoder": m.nvmlDeviceGetEncoderUtilization(h)[0]},
     "decoder": lambda m, h: {"util.decoder": m.nvmlDeviceGetDecoderUtilization(h)[0]},
-    "temperature": lambda m, h: {
-        "temp.gpu": m.nvmlDeviceGetTemperature(h, m.NVML_TEMPERATURE_GPU)
-    },
+    "temperature": _temperature,
     "power": lambda m, h: {"power": m.nvmlDeviceGetPowerUsage(h)},
     "clock.graphics": _clock("graphics"),
     "clock.sm": _clock("sm"),

@@ -230,3 +230,18 @@ def test_sampler_thread_survives_a_bug(driver):
         assert snap is not None and snap.seq >= 1
     finally:
         thread.stop()
+
+
+def test_older_drivers_fall_back_to_the_older_calls(driver):
+    lib, sampler = driver("""
+        devices:
+          - name: Tesla V100-SXM2-16GB
+            memory: {total: 1000, used: 10, reserved: 5}
+            temperature: 44
+            errors: {nvmlDeviceGetMemoryInfo_v2: FUNCTION_NOT_FOUND,
+                     nvmlDeviceGetTemperatureV: FUNCTION_NOT_FOUND}
+    """)
+    values = sampler.sample().devices[0].values
+    assert values["temp.gpu"] == 44
+    assert values["memory.total"] == 1000 and values["memory.used"] == 15  # v1: used + reserved
+    assert "memory.reserved" not in values
