@@ -1,4 +1,4 @@
-"""Logging set-up and the two guards every loop here uses: once, and rate-limited.
+"""Logging set-up, and the guard every loop here uses: once, or at most once per interval.
 
 A collector that logs the same NVML or kubelet failure every ten seconds on
 every node buries the line that matters at 3 a.m.; these helpers make the
@@ -12,6 +12,7 @@ import logging
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Hashable
 
 LEVELS = ("debug", "info", "warning", "error")
@@ -50,57 +51,71 @@ def configure(level: str = "info", fmt: str = "text", stream=None) -> None:
     logging.getLogger("otel_gpu").setLevel(level.upper())
 
 
-class LogOnce:
-    """Logs a message the first time its key is seen, and never again."""
+class LogLimiter:
+    """Lets a recurring log line through at most once per ``interval`` seconds.
 
-    def __init__(self, logger: logging.Logger) -> None:
-        self._logger = logger
-        self._seen: set[Hashable] = set()
-        self._lock = threading.Lock()
-
-    def __call__(self, key: Hashable, level: int, msg: str, *args: object) -> bool:
-        with self._lock:
-            if key in self._seen:
-                return False
-            self._seen.add(key)
-        self._logger.log(level, msg, *args)
-        return True
-
-
-class RateLimitedLog:
-    """Logs a key at most once per ``every`` seconds, counting what it held back."""
+    Long-running loops hit the same failure every few seconds for hours; this
+    keeps one line per key per interval and reports how many were dropped in
+    between. Keys are bounded (least recently used dropped first) so a stream
+    of distinct keys (say, unknown device ids) cannot grow memory.
+    """
 
     def __init__(
         self,
         logger: logging.Logger,
-        every: float = 60.0,
+        interval: float = 300.0,
+        *,
         clock: Callable[[], float] = time.monotonic,
+        max_keys: int = 1024,
     ) -> None:
         self._logger = logger
-        self._every = every
+        self._interval = interval
         self._clock = clock
-        self._last: dict[Hashable, float] = {}
-        self._suppressed: dict[Hashable, int] = {}
+        self._max_keys = max_keys
+        # key -> [time of the last emitted line, suppressed count since]
+        self._seen: OrderedDict[Hashable, list[float | int]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def __call__(
+    def log(
         self, key: Hashable, level: int, msg: str, *args: object, exc_info: bool = False
     ) -> bool:
+        """Log ``msg % args`` unless ``key`` was logged less than ``interval`` ago.
+
+        Returns whether the line was emitted. Keys are shared with :meth:`once`.
+        """
         now = self._clock()
         with self._lock:
-            last = self._last.get(key)
-            if last is not None and now - last < self._every:
-                self._suppressed[key] = self._suppressed.get(key, 0) + 1
-                return False
-            self._last[key] = now
-            held_back = self._suppressed.pop(key, 0)
-        if held_back:
-            msg += f" ({held_back} similar messages suppressed)"
+            entry = self._seen.get(key)
+            if entry is not None:
+                self._seen.move_to_end(key)
+                last, suppressed = entry
+                if now - last < self._interval:
+                    entry[1] = int(suppressed) + 1
+                    return False
+                if suppressed:
+                    msg = f"{msg} ({int(suppressed)} similar messages suppressed)"
+                entry[0], entry[1] = now, 0
+            else:
+                self._remember(key, now)
         self._logger.log(level, msg, *args, exc_info=exc_info)
         return True
 
-    def reset(self, key: Hashable) -> None:
-        """Forget a key, so the next failure after a recovery is logged at once."""
+    def once(self, key: Hashable, level: int, msg: str, *args: object) -> bool:
+        """Log ``msg`` the first time ``key`` is seen (within the key bound)."""
         with self._lock:
-            self._last.pop(key, None)
-            self._suppressed.pop(key, None)
+            if key in self._seen:
+                self._seen.move_to_end(key)
+                return False
+            self._remember(key, self._clock())
+        self._logger.log(level, msg, *args)
+        return True
+
+    def _remember(self, key: Hashable, now: float) -> None:
+        self._seen[key] = [now, 0]
+        while len(self._seen) > self._max_keys:
+            self._seen.popitem(last=False)
+
+    def forget(self, key: Hashable) -> None:
+        """Let the next line for ``key`` through (e.g. after a recovery)."""
+        with self._lock:
+            self._seen.pop(key, None)

@@ -87,7 +87,8 @@ def test_dcgm_default_fields_are_covered():
 
 
 def test_kubernetes_deprecation_values_are_covered():
-    # utilization, framebuffer used and free, GPU and memory temperature, power, SM and memory clocks
+    # utilization, framebuffer used and free, GPU and memory temperature, power,
+    # SM and memory clocks
     temps = {p.attributes["hw.sensor_location"] for p in BY_NAME["hw.temperature"].points}
     assert temps == {"gpu", "memory"}
     domains = {p.attributes["nvidia.gpu.clock.domain"]

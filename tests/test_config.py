@@ -71,7 +71,8 @@ def test_listen_forms():
 @pytest.mark.parametrize(
     ("flags", "env", "file_text", "expected"),
     [
-        ({"interval": "soon"}, {}, None, r"^interval \(from flag --interval\): expected a duration"),
+        ({"interval": "soon"}, {}, None,
+         r"^interval \(from flag --interval\): expected a duration"),
         ({}, {"OTEL_GPU_LOG_LEVEL": "loud"}, None,
          r"^log_level \(from environment variable OTEL_GPU_LOG_LEVEL\): expected one of"),
         ({}, {}, "listen: nowhere\n", r"^listen \(from config file .*\): expected HOST:PORT"),

@@ -21,7 +21,7 @@ from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
-from otel_gpu._log import RateLimitedLog
+from otel_gpu._log import LogLimiter
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             rendered = self.server.cache.get()
         except Exception:  # noqa: BLE001 - a bug in rendering must not kill the server
-            self.server.limited("render", logging.ERROR, "rendering /metrics failed",
+            self.server.limited.log("render", logging.ERROR, "rendering /metrics failed",
                                 exc_info=True)
             self._text(500, "rendering metrics failed; see the collector's log\n")
             return
@@ -138,7 +138,7 @@ class MetricsServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], cache: RenderCache, readiness: Readiness) -> None:
         self.cache = cache
         self.readiness = readiness
-        self.limited = RateLimitedLog(log, every=60.0)
+        self.limited = LogLimiter(log, 60.0)
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType, ModuleType
 from typing import Any
 
-from otel_gpu._log import LogOnce, RateLimitedLog
+from otel_gpu._log import LogLimiter
 from otel_gpu.catalog import CATALOG, REMAP_FAILURE, REMAP_PENDING, Metric, Source, all_sources
 from otel_gpu.nvml.library import Nvml, Outcome, Result, classify, error_name
 from otel_gpu.snapshot import (
@@ -180,8 +180,7 @@ class Sampler:
         self._driver_version: str | None = None
         self._event_set: Any = None
         self._seq = 0
-        self._once = LogOnce(log)
-        self._limited = RateLimitedLog(log, every=300.0, clock=clock)
+        self._limited = LogLimiter(log, 300.0, clock=clock)
 
     # --- discovery -------------------------------------------------------------
 
@@ -204,7 +203,7 @@ class Sampler:
             if uuid is None:
                 why = res.message or "no UUID"
                 problems.append(f"GPU {index} could not be opened: {why}")
-                self._limited(("discover", index), logging.WARNING,
+                self._limited.log(("discover", index), logging.WARNING,
                               "GPU %d could not be opened (%s); retrying on the next sample",
                               index, why)
                 self._discovery_incomplete = True
@@ -288,7 +287,7 @@ class Sampler:
         if self._event_set is None:
             res = self._nvml.call(m.nvmlEventSetCreate)
             if not res.ok:
-                self._once("eventset", logging.INFO,
+                self._limited.once("eventset", logging.INFO,
                            "XID events unavailable (%s); nvidia.gpu.xid.errors is not reported",
                            res.message)
                 return
@@ -302,7 +301,7 @@ class Sampler:
             )
             if not res.ok:
                 t.unsupported.add("xid")
-                self._once((t.device.uuid, "xid"), logging.INFO,
+                self._limited.once((t.device.uuid, "xid"), logging.INFO,
                            "%s: XID events not available (%s)", t.label(), res.message)
 
     # --- sampling --------------------------------------------------------------
@@ -320,7 +319,8 @@ class Sampler:
                 self._discover(count.value, problems)
         else:
             problems.append(f"nvmlDeviceGetCount failed: {count.message}")
-            self._limited("count", logging.WARNING, "nvmlDeviceGetCount failed: %s", count.message)
+            self._limited.log("count", logging.WARNING, "nvmlDeviceGetCount failed: %s",
+                              count.message)
         if count.ok and count.value == 0:
             problems.append("NVML reports no GPU")
         self._drain_events()
@@ -346,7 +346,7 @@ class Sampler:
             res = self._nvml.call(m.nvmlEventSetWait_v2, self._event_set, 0)
             if not res.ok:
                 if res.code != m.NVML_ERROR_TIMEOUT:
-                    self._limited("events", logging.WARNING, "reading XID events failed: %s",
+                    self._limited.log("events", logging.WARNING, "reading XID events failed: %s",
                                   res.message)
                 return
             tracked = self._by_token.get(_token(res.value.device))
@@ -399,7 +399,7 @@ class Sampler:
             t.unsupported.add(what)
             unsupported.append(f"{what} ({error_name(res.code, self._m)})")
         else:
-            self._limited((t.device.uuid, what), logging.WARNING,
+            self._limited.log((t.device.uuid, what), logging.WARNING,
                           "%s: reading %s failed (%s); retrying next sample",
                           t.label(), what, res.message)
         return None
@@ -491,7 +491,7 @@ class SamplerThread:
         self._max_backoff = max(max_backoff, interval)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="otel-gpu-sampler", daemon=True)
-        self._limited = RateLimitedLog(log, every=60.0)
+        self._limited = LogLimiter(log, 60.0)
 
     def start(self) -> None:
         self._thread.start()
@@ -512,7 +512,7 @@ class SamplerThread:
             except Exception:  # noqa: BLE001 - the loop must outlive any bug
                 failures += 1
                 wait = min(self._interval * 2 ** min(failures, 16), self._max_backoff)
-                self._limited("sample", logging.ERROR,
+                self._limited.log("sample", logging.ERROR,
                               "sampling failed (%d in a row); next try in %.0f s",
                               failures, wait, exc_info=True)
             self._stop.wait(max(0.0, wait))
