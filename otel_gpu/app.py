@@ -7,13 +7,17 @@ and the in-process tests start and stop exactly the same thing.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+from otel_gpu._log import LogLimiter
 from otel_gpu.config import Config
 from otel_gpu.exporters.prometheus import MetricsServer, RenderCache, new_reader
 from otel_gpu.nvml.library import Nvml
 from otel_gpu.nvml.sampler import Sampler, SamplerThread, SnapshotStore
+from otel_gpu.snapshot import Snapshot
 from otel_gpu.telemetry import build_meter_provider, build_resource
 
 log = logging.getLogger(__name__)
@@ -34,8 +38,60 @@ def open_nvml(simulate: str | None) -> Nvml:
     return Nvml()
 
 
+def pod_enricher(config: Config, on_update: Callable[[object], None] | None = None):
+    """The Kubernetes attribution stage for ``config`` (imports gRPC only when used)."""
+    from otel_gpu.k8s.enrich import PodEnricher
+    from otel_gpu.k8s.podresources import PodResourcesWatcher
+
+    watcher = PodResourcesWatcher(
+        config.kubelet_socket,
+        interval=config.kubelet_interval,
+        timeout=config.kubelet_timeout,
+        grace_period=config.kubelet_grace_period,
+        resource_names=config.kubelet_resource_names,
+        on_update=on_update,
+    )
+    return PodEnricher(watcher, Path(config.sysfs_root))
+
+
+class Publisher:
+    """sample -> attribute -> store, for the sampler and the kubelet thread alike.
+
+    A new sample is published with the current pods; new pods re-publish the
+    latest sample. One lock orders the two, so the store always ends with the
+    newest sample joined with the newest pods.
+    """
+
+    def __init__(self, store: SnapshotStore, enrich: Callable[[Snapshot], Snapshot] | None):
+        self.store = store
+        self.enrich = enrich
+        self._lock = threading.Lock()
+        self._limited = LogLimiter(log, 60.0)
+
+    def sample(self, snapshot: Snapshot) -> None:
+        with self._lock:
+            self.store.publish(self._enriched(snapshot))
+
+    def pods_changed(self, _state: object = None) -> None:
+        with self._lock:
+            latest = self.store.latest
+            if latest is not None:
+                self.store.publish(self._enriched(latest))
+
+    def _enriched(self, snapshot: Snapshot) -> Snapshot:
+        if self.enrich is None:
+            return snapshot
+        try:
+            return self.enrich(snapshot)
+        except Exception:  # noqa: BLE001 - a sample already taken is never thrown away
+            self._limited.log("enrich", logging.ERROR,
+                              "pod attribution failed; exporting without pod attributes",
+                              exc_info=True)
+            return snapshot
+
+
 class Collector:
-    """The running collector: sampler thread, MeterProvider, HTTP endpoint."""
+    """The running collector: sampler and kubelet threads, MeterProvider, HTTP endpoint."""
 
     def __init__(
         self,
@@ -49,19 +105,20 @@ class Collector:
         self._clock = clock
         self.store = SnapshotStore()
         self.sampler = Sampler(nvml, clock=clock)
-        self.sampler_thread = SamplerThread(self.sampler, self.store, config.interval)
+        self.publisher = Publisher(self.store, None)
+        self.enricher = None
+        if config.pod_attribution:
+            self.enricher = pod_enricher(config, on_update=self.publisher.pods_changed)
+            self.publisher.enrich = self.enricher
+        self.sampler_thread = SamplerThread(self.sampler, self.publisher.sample, config.interval)
         reader, registry = new_reader()
         self.provider, self.instruments = build_meter_provider(
             build_resource(config.node_name), [reader], lambda: self.store.latest, clock=clock
         )
         self.cache = RenderCache(
-            registry, self._snapshot_seq, max_age=min(config.interval, 60.0), clock=clock
+            registry, lambda: self.store.version, max_age=min(config.interval, 60.0), clock=clock
         )
         self.server = MetricsServer(config.listen, self.cache, self.readiness)
-
-    def _snapshot_seq(self) -> int:
-        latest = self.store.latest
-        return latest.seq if latest is not None else 0
 
     @property
     def stale_after(self) -> float:
@@ -89,6 +146,8 @@ class Collector:
 
     def start(self) -> None:
         self.server.start()
+        if self.enricher is not None:
+            self.enricher.watcher.start()
         self.sampler_thread.start()
         host, _ = self.config.listen
         log.info("serving metrics on http://%s:%d/metrics (interval %g s)",
@@ -97,6 +156,8 @@ class Collector:
     def stop(self) -> None:
         """Stops within a few seconds even if an NVML call is stuck."""
         self.server.stop()
+        if self.enricher is not None:
+            self.enricher.watcher.stop()
         self.sampler_thread.stop(timeout=2.0)
         self.provider.shutdown(timeout_millis=1000)
         self.nvml.shutdown()

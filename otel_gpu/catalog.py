@@ -212,6 +212,13 @@ PCI_BUS_ID = "nvidia.gpu.pci_bus_id"
 MIG_PROFILE = "nvidia.gpu.mig.profile"
 MIG_GI = "nvidia.gpu.mig.gpu_instance_id"
 MIG_CI = "nvidia.gpu.mig.compute_instance_id"
+NUMA_NODE = "nvidia.gpu.numa_node"
+K8S_POD = "k8s.pod.name"
+K8S_NAMESPACE = "k8s.namespace.name"
+K8S_CONTAINER = "k8s.container.name"
+K8S_RESOURCE = "nvidia.gpu.k8s.resource"
+REPLICA = "nvidia.gpu.k8s.replica"
+POD_ATTRIBUTES = (K8S_POD, K8S_NAMESPACE, K8S_CONTAINER)
 
 DEVICE_ATTRIBUTES: tuple[tuple[str, str], ...] = (
     (HW_ID, "GPU UUID (`GPU-...`) or MIG instance UUID (`MIG-...`)"),
@@ -226,6 +233,11 @@ DEVICE_ATTRIBUTES: tuple[tuple[str, str], ...] = (
     (MIG_PROFILE, "MIG instances only: profile, e.g. `1g.10gb`"),
     (MIG_GI, "MIG instances only: GPU instance id"),
     (MIG_CI, "MIG instances only: compute instance id"),
+    (NUMA_NODE, "NUMA node of the GPU (kubelet topology, else NVML, else sysfs), when known"),
+    (K8S_POD, "pod holding the device whole (Kubernetes attribution on; absent on shared "
+              "or free devices)"),
+    (K8S_NAMESPACE, "namespace of that pod"),
+    (K8S_CONTAINER, "container of that pod holding the device"),
 )
 
 
@@ -264,6 +276,66 @@ def _devices(snapshot: Snapshot, now: float) -> Iterable[Observation]:
         counts[sample.state] += 1
     for state, count in counts.items():
         yield float(count), {HW_STATE: state}
+
+
+def _holder(pod: str, namespace: str, container: str) -> dict[str, str]:
+    return {K8S_POD: pod, K8S_NAMESPACE: namespace, K8S_CONTAINER: container}
+
+
+def _allocations(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+    if snapshot.pods is None:
+        return
+    for row in snapshot.pods.attribution.allocations():
+        attrs = {HW_ID: row.uuid, **_holder(row.pod, row.namespace, row.container),
+                 K8S_RESOURCE: row.resource_name}
+        if row.replica is not None:
+            attrs[REPLICA] = str(row.replica)
+        yield 1.0, attrs
+
+
+def _allocated(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+    if snapshot.pods is None:
+        return
+    for summary in snapshot.pods.attribution.summary():
+        yield float(summary.allocated), {K8S_RESOURCE: summary.resource_name}
+
+
+def _allocatable(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+    if snapshot.pods is None:
+        return
+    for summary in snapshot.pods.attribution.summary():
+        if summary.allocatable is not None:
+            yield float(summary.allocatable), {K8S_RESOURCE: summary.resource_name}
+
+
+def _numa_alignment(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+    if snapshot.pods is None:
+        return
+    for row in snapshot.pods.attribution.numa_alignment():
+        yield row.fraction, {HW_ID: row.uuid, **_holder(row.pod, row.namespace, row.container)}
+
+
+def _kubelet_requests(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+    if snapshot.pods is None:
+        return
+    for (rpc, code), count in sorted(snapshot.pods.stats.requests.items()):
+        yield float(count), {"rpc.method": rpc, "rpc.grpc.status_code": code}
+
+
+def _mapping_age(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+    if snapshot.pods is not None and snapshot.pods.mapping_taken_monotonic is not None:
+        yield max(0.0, now - snapshot.pods.mapping_taken_monotonic), {}
+
+
+def _attributed_pods(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+    if snapshot.pods is not None:
+        rows = snapshot.pods.attribution.allocations()
+        yield float(len({(r.namespace, r.pod) for r in rows})), {}
+
+
+def _attributed_devices(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+    if snapshot.pods is not None:
+        yield float(len(snapshot.pods.attribution.attributed_uuids())), {}
 
 
 _REASONS = (
@@ -431,7 +503,62 @@ CATALOG: tuple[Metric, ...] = (
         "Compute processes running on the device.",
         points=(Point(PROCESSES),),
     ),
+    # Kubernetes attribution (present when the kubelet's Pod Resources API answers)
+    Metric(
+        "nvidia.gpu.k8s.allocation", Kind.GAUGE, "1",
+        "1 for each container a device is allocated to (one series per replica on shared "
+        "GPUs): join it with device metrics on hw.id to see every pod sharing a GPU.",
+        per_node=_allocations,
+        attributes=(HW_ID, *POD_ATTRIBUTES, K8S_RESOURCE, REPLICA),
+        source_doc="kubelet Pod Resources List",
+    ),
+    Metric(
+        "nvidia.gpu.k8s.allocated", Kind.UPDOWNCOUNTER, "{device}",
+        "Device ids of a resource allocated to containers on this node.",
+        per_node=_allocated,
+        attributes=(K8S_RESOURCE,),
+        source_doc="kubelet Pod Resources List",
+    ),
+    Metric(
+        "nvidia.gpu.k8s.allocatable", Kind.UPDOWNCOUNTER, "{device}",
+        "Device ids of a resource the kubelet can allocate on this node.",
+        per_node=_allocatable,
+        attributes=(K8S_RESOURCE,),
+        source_doc="kubelet Pod Resources GetAllocatableResources",
+    ),
+    Metric(
+        "nvidia.gpu.numa.alignment", Kind.GAUGE, "1",
+        "Fraction of a container's exclusive CPUs on its GPU's NUMA node (1 = aligned).",
+        per_node=_numa_alignment,
+        attributes=(HW_ID, *POD_ATTRIBUTES),
+        source_doc="kubelet cpu_ids and topology; sysfs node*/cpulist",
+    ),
     # The collector's own health
+    Metric(
+        "otel_gpu.kubelet.requests", Kind.COUNTER, "{request}",
+        "Requests to the kubelet Pod Resources API, by RPC and gRPC status.",
+        per_node=_kubelet_requests,
+        attributes=("rpc.method", "rpc.grpc.status_code"),
+        source_doc="collector",
+    ),
+    Metric(
+        "otel_gpu.kubelet.mapping.age", Kind.GAUGE, "s",
+        "Seconds since the pod mapping in use was read from the kubelet.",
+        per_node=_mapping_age,
+        source_doc="collector clock",
+    ),
+    Metric(
+        "otel_gpu.kubelet.pods", Kind.UPDOWNCOUNTER, "{pod}",
+        "Pods holding at least one of this node's GPUs or MIG instances.",
+        per_node=_attributed_pods,
+        source_doc="collector",
+    ),
+    Metric(
+        "otel_gpu.kubelet.devices", Kind.UPDOWNCOUNTER, "{device}",
+        "GPUs and MIG instances attributed to at least one pod.",
+        per_node=_attributed_devices,
+        source_doc="collector",
+    ),
     Metric(
         "otel_gpu.sample.age", Kind.GAUGE, "s",
         "Seconds since the latest sample finished; grows when the driver is stuck.",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -36,14 +37,20 @@ def _die(message: str) -> NoReturn:
     raise SystemExit(EXIT_USAGE)
 
 
+_METAVARS = {
+    "listen": "HOST:PORT", "interval": "SECONDS", "simulate": "PROFILE|FILE",
+    "pod_attribution": "true|false", "kubelet_socket": "PATH", "kubelet_resource_names": "NAMES",
+    "sysfs_root": "DIR", "node_name": "NAME", "kubelet_interval": "SECONDS",
+    "kubelet_timeout": "SECONDS", "kubelet_grace_period": "SECONDS",
+}
+
+
 def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
     default = argparse.SUPPRESS if suppress else None
     parser.add_argument("--config", metavar="FILE", default=default,
                         help=f"YAML configuration file (also ${CONFIG_ENV})")
     for option in OPTIONS:
-        metavar = {"listen": "HOST:PORT", "interval": "SECONDS", "simulate": "PROFILE|FILE"}.get(
-            option.key, option.key.split("_")[-1].upper()
-        )
+        metavar = _METAVARS.get(option.key, option.key.split("_")[-1].upper())
         parser.add_argument(
             option.flag, dest=option.key, metavar=metavar, default=default,
             help=f"{option.help} (${option.env}; default {option.default})",
@@ -129,6 +136,13 @@ def check(config: Config) -> int:
         snapshot = Sampler(nvml).sample()
     finally:
         nvml.shutdown()
+    if config.pod_attribution:
+        from otel_gpu.app import pod_enricher
+
+        enrich = pod_enricher(config)
+        if enrich.watcher.poll_once():
+            snapshot = enrich(snapshot)
+        enrich.watcher.stop()
     print(f"driver {snapshot.driver_version or 'unknown'}; "
           f"{len(snapshot.devices)} device(s); sample took {snapshot.duration * 1000:.0f} ms")
     for problem in snapshot.errors:
@@ -137,6 +151,9 @@ def check(config: Config) -> int:
         dev = sample.device
         where = f"GPU {dev.index}" + (f" MIG {dev.mig_profile}" if dev.is_mig else "")
         print(f"\n{where}  {dev.uuid}  {dev.name}  state={sample.state}")
+        for holder in snapshot.pods.attribution.holders(dev.uuid) if snapshot.pods else ():
+            replica = f" (replica {holder.replica})" if holder.replica is not None else ""
+            print(f"  held by {holder.namespace}/{holder.pod}/{holder.container}{replica}")
         if sample.error:
             print(f"  error: {sample.error}")
         for metric in CATALOG:
@@ -151,6 +168,8 @@ def check(config: Config) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # gRPC's C core logs connection chatter (a kubelet restart's GOAWAY) to stderr.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     args = build_parser().parse_args(argv)
     if args.command == "metrics":
         from otel_gpu import _docs

@@ -72,6 +72,24 @@ def _choice(allowed: tuple[str, ...]) -> Callable[[Any], str]:
     return parse
 
 
+def parse_bool(value: Any) -> bool:
+    """YAML booleans, and true/false/yes/no/on/off/1/0 from variables and flags."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def parse_list(value: Any) -> tuple[str, ...]:
+    """A YAML list, or a comma-separated string."""
+    items = value if isinstance(value, (list, tuple)) else str(value or "").split(",")
+    return tuple(str(item).strip() for item in items if str(item).strip())
+
+
 def _optional_text(value: Any) -> str | None:
     text = "" if value is None else str(value).strip()
     return text or None
@@ -104,6 +122,20 @@ OPTIONS: tuple[Option, ...] = (
     Option("node_name", None, _optional_text,
            "Kubernetes node name for the k8s.node.name resource attribute "
            "(default: the NODE_NAME variable)"),
+    Option("pod_attribution", True, parse_bool,
+           "attribute GPUs to pods through the kubelet Pod Resources API"),
+    Option("kubelet_socket", "/var/lib/kubelet/pod-resources/kubelet.sock", str,
+           "the kubelet Pod Resources socket (mount its directory, not the socket)"),
+    Option("kubelet_interval", "10s", parse_duration,
+           "how often the kubelet is asked which pod holds which device"),
+    Option("kubelet_timeout", "5s", parse_duration, "deadline of each kubelet request"),
+    Option("kubelet_grace_period", "60s", parse_duration,
+           "how long the last pod mapping is kept while the kubelet does not answer"),
+    Option("kubelet_resource_names", "", parse_list,
+           "extra device plugin resource names to attribute, comma-separated, besides "
+           "nvidia.com/gpu, nvidia.com/gpu.shared and nvidia.com/mig-*"),
+    Option("sysfs_root", "/", str,
+           "where the host's /sys is mounted (for NUMA placement), e.g. /host"),
     Option("log_level", "info", _choice(LEVELS), "debug, info, warning or error"),
     Option("log_format", "text", _choice(FORMATS), "text, or json for one JSON object per line"),
 )
@@ -115,6 +147,13 @@ class Config:
     interval: float
     simulate: str | None
     node_name: str | None
+    pod_attribution: bool
+    kubelet_socket: str
+    kubelet_interval: float
+    kubelet_timeout: float
+    kubelet_grace_period: float
+    kubelet_resource_names: tuple[str, ...]
+    sysfs_root: str
     log_level: str
     log_format: str
 

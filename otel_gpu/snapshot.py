@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 # Device states, as the OpenTelemetry ``hw.state`` attribute spells them.
 OK = "ok"
@@ -71,6 +72,21 @@ class DeviceSample:
 
 
 @dataclass(frozen=True)
+class PodView:
+    """Kubernetes attribution joined to one snapshot's devices.
+
+    Typed loosely so this module stays free of gRPC: ``attribution`` is an
+    :class:`otel_gpu.k8s.attribution.Attribution`, ``stats`` a
+    :class:`otel_gpu.k8s.podresources.WatcherStats`.
+    """
+
+    attribution: Any
+    stats: Any
+    mapping_taken_monotonic: float | None
+    """When the kubelet answered the List this attribution comes from."""
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything one sample read. ``seq`` increases by one per sample."""
 
@@ -87,6 +103,8 @@ class Snapshot:
     """NVML calls made since start, including this sample's."""
     errors: tuple[str, ...] = field(default=())
     """Problems worth showing in ``check`` and ``/readyz``."""
+    pods: PodView | None = None
+    """Set when Kubernetes pod attribution is on."""
 
     def healthy_devices(self) -> int:
         return sum(1 for d in self.devices if d.state != FAILED)

@@ -30,9 +30,13 @@ from otel_gpu.catalog import (
     HW_PARENT,
     HW_TYPE,
     HW_VENDOR,
+    K8S_CONTAINER,
+    K8S_NAMESPACE,
+    K8S_POD,
     MIG_CI,
     MIG_GI,
     MIG_PROFILE,
+    NUMA_NODE,
     PCI_BUS_ID,
     Kind,
     Metric,
@@ -43,8 +47,6 @@ from otel_gpu.snapshot import Device, Snapshot
 log = logging.getLogger(__name__)
 
 SCOPE = "otel_gpu"
-
-ExtraAttributes = Callable[[Device], Mapping[str, str]]
 
 
 def build_resource(
@@ -77,6 +79,23 @@ def build_resource(
     return resource.merge(Resource(from_env))
 
 
+def pod_attributes(snapshot: Snapshot, device: Device) -> dict[str, str | int]:
+    """The pod holding the device whole, and the device's NUMA node as the kubelet sees it."""
+    if snapshot.pods is None:
+        return {}
+    attribution = snapshot.pods.attribution
+    attrs: dict[str, str | int] = {}
+    numa = attribution.numa_node(device.uuid)
+    if numa is not None:
+        attrs[NUMA_NODE] = numa
+    owner = attribution.exclusive_owner(device.uuid)
+    if owner is not None:
+        attrs[K8S_POD] = owner.pod
+        attrs[K8S_NAMESPACE] = owner.namespace
+        attrs[K8S_CONTAINER] = owner.container
+    return attrs
+
+
 def device_attributes(device: Device, driver_version: str | None) -> dict[str, str | int]:
     """The attributes every series of one device carries."""
     attrs: dict[str, str | int] = {
@@ -90,6 +109,8 @@ def device_attributes(device: Device, driver_version: str | None) -> dict[str, s
     }
     if driver_version:
         attrs[HW_DRIVER_VERSION] = driver_version
+    if device.numa_node is not None:
+        attrs[NUMA_NODE] = device.numa_node
     if device.is_mig:
         attrs[HW_PARENT] = device.parent_uuid or ""
         if device.mig_profile:
@@ -104,9 +125,7 @@ def device_attributes(device: Device, driver_version: str | None) -> dict[str, s
 class Instruments:
     """Registers one observable instrument per catalog row on ``meter``.
 
-    ``latest`` returns the newest snapshot (or None before the first);
-    ``extra_attributes`` adds per-device attributes such as the pod holding
-    the device.
+    ``latest`` returns the newest snapshot (or None before the first).
     """
 
     def __init__(
@@ -116,11 +135,9 @@ class Instruments:
         *,
         catalog: Sequence[Metric] = CATALOG,
         clock: Callable[[], float] = time.monotonic,
-        extra_attributes: ExtraAttributes | None = None,
     ) -> None:
         self._latest = latest
         self._clock = clock
-        self._extra = extra_attributes
         self._attr_cache: dict[tuple[Device, str | None], dict[str, str | int]] = {}
         for metric in catalog:
             self._register(meter, metric)
@@ -164,8 +181,7 @@ class Instruments:
             if not points:
                 continue
             base = dict(self._base_attributes(sample.device, snapshot.driver_version))
-            if self._extra is not None:
-                base.update(self._extra(sample.device))
+            base.update(pod_attributes(snapshot, sample.device))
             for value, attrs in points:
                 out.append(Observation(value, {**base, **attrs}))
         return out
@@ -177,10 +193,9 @@ def build_meter_provider(
     latest: Callable[[], Snapshot | None],
     *,
     clock: Callable[[], float] = time.monotonic,
-    extra_attributes: ExtraAttributes | None = None,
 ) -> tuple[MeterProvider, Instruments]:
     """A MeterProvider with the catalog's instruments registered on it."""
     provider = MeterProvider(metric_readers=list(readers), resource=resource)
     meter = provider.get_meter(SCOPE, __version__)
-    instruments = Instruments(meter, latest, clock=clock, extra_attributes=extra_attributes)
+    instruments = Instruments(meter, latest, clock=clock)
     return provider, instruments

@@ -327,6 +327,7 @@ class PodResourcesWatcher:
         clock: Callable[[], float] = time.monotonic,
         random: Callable[[], float] = _random.random,
         log_interval: float = 60.0,
+        on_update: Callable[[PodResourcesState], None] | None = None,
     ) -> None:
         if interval <= 0 or timeout <= 0 or backoff_base <= 0 or backoff_cap < backoff_base:
             raise ValueError("interval, timeout and backoff must be positive")
@@ -344,6 +345,7 @@ class PodResourcesWatcher:
         self._clock = clock
         self._random = random
         self._limiter = LogLimiter(log, log_interval, clock=clock)
+        self._on_update = on_update
 
         # Published: (state, monotonic time failures started or None), one tuple
         # so a reader sees both from the same moment.
@@ -415,7 +417,7 @@ class PodResourcesWatcher:
             return
         self._stop.clear()
         log.info(
-            "polling the kubelet pod-resources API at %s every %.0fs for pod attribution",
+            "polling the kubelet pod-resources API at %s every %g s for pod attribution",
             self.socket_path,
             self.interval,
         )
@@ -644,7 +646,15 @@ class PodResourcesWatcher:
     ) -> None:
         now = self._clock()
         state = PodResourcesState(allocations, allocatable, now, source)
+        previous = self._current[0]
         self._current = (state, None)
+        changed = (previous.allocations, previous.allocatable) != (allocations, allocatable)
+        if changed and self._on_update is not None:
+            try:
+                self._on_update(state)
+            except Exception:  # noqa: BLE001 - a consumer's bug must not stop polling
+                self._limiter.log("on_update", logging.ERROR,
+                                  "handling new pod-resources state failed", exc_info=True)
         with self._stats_lock:
             failures, self._failures = self._failures, 0
             self._last_success = now

@@ -449,15 +449,22 @@ class SnapshotStore:
 
     def __init__(self) -> None:
         self._latest: Snapshot | None = None
+        self._version = 0
         self._cond = threading.Condition()
 
     @property
     def latest(self) -> Snapshot | None:
         return self._latest
 
+    @property
+    def version(self) -> int:
+        """Counts publications: changes when a new sample or new pods arrive."""
+        return self._version
+
     def publish(self, snapshot: Snapshot) -> None:
         with self._cond:
             self._latest = snapshot
+            self._version += 1
             self._cond.notify_all()
 
     def wait_for(self, seq: int, timeout: float) -> Snapshot | None:
@@ -472,21 +479,22 @@ class SnapshotStore:
 class SamplerThread:
     """Runs :meth:`Sampler.sample` every ``interval`` seconds until stopped.
 
-    A sample that raises (a bug, not a driver error: those never raise) is
-    logged at most once a minute and retried with exponential backoff, capped
-    at ``max_backoff``; the thread itself never dies of it.
+    Each new snapshot goes to ``publish``. A sample that raises (a bug, not a
+    driver error: those never raise) is logged at most once a minute and
+    retried with exponential backoff, capped at ``max_backoff``; the thread
+    itself never dies of it.
     """
 
     def __init__(
         self,
         sampler: Sampler,
-        store: SnapshotStore,
+        publish: Callable[[Snapshot], None],
         interval: float,
         *,
         max_backoff: float = 300.0,
     ) -> None:
         self._sampler = sampler
-        self._store = store
+        self._publish = publish
         self._interval = interval
         self._max_backoff = max(max_backoff, interval)
         self._stop = threading.Event()
@@ -506,13 +514,13 @@ class SamplerThread:
         while not self._stop.is_set():
             started = time.monotonic()
             try:
-                self._store.publish(self._sampler.sample())
+                self._publish(self._sampler.sample())
                 failures = 0
                 wait = self._interval - (time.monotonic() - started)
             except Exception:  # noqa: BLE001 - the loop must outlive any bug
                 failures += 1
                 wait = min(self._interval * 2 ** min(failures, 16), self._max_backoff)
                 self._limited.log("sample", logging.ERROR,
-                              "sampling failed (%d in a row); next try in %.0f s",
-                              failures, wait, exc_info=True)
+                                  "sampling failed (%d in a row); next try in %.0f s",
+                                  failures, wait, exc_info=True)
             self._stop.wait(max(0.0, wait))

@@ -606,3 +606,22 @@ def test_log_limiter(caplog, clock) -> None:
         assert limiter.once("o", logging.INFO, "first")
     messages = [r.getMessage() for r in caplog.records]
     assert messages[:3] == ["failed x", "failed x (5 similar messages suppressed)", "first"]
+
+
+def test_on_update_is_called_when_the_allocations_change(kubelet):
+    from fake_kubelet import GPU0, container, devices, pod
+
+    from otel_gpu.k8s.podresources import PodResourcesWatcher
+
+    seen = []
+    kubelet.set_pods([pod("a", container("main", devices("nvidia.com/gpu", GPU0)))])
+    watcher = PodResourcesWatcher(kubelet.socket_path, on_update=seen.append)
+    try:
+        assert watcher.poll_once()
+        assert watcher.poll_once()  # same answer: no second call
+        assert [s.allocations[0].pod for s in seen] == ["a"]
+        kubelet.set_pods([pod("b", container("main", devices("nvidia.com/gpu", GPU0)))])
+        assert watcher.poll_once()
+        assert [s.allocations[0].pod for s in seen] == ["a", "b"]
+    finally:
+        watcher.stop()

@@ -223,7 +223,7 @@ def test_sampler_thread_survives_a_bug(driver):
 
     lib, sampler = driver("t4")
     store = SnapshotStore()
-    thread = SamplerThread(Flaky(sampler), store, interval=0.01, max_backoff=0.05)
+    thread = SamplerThread(Flaky(sampler), store.publish, interval=0.01, max_backoff=0.05)
     thread.start()
     try:
         snap = store.wait_for(1, timeout=10)
