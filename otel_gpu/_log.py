@@ -34,6 +34,41 @@ class _JsonFormatter(logging.Formatter):
         return json.dumps(doc, ensure_ascii=False)
 
 
+class _LibraryRateLimit(logging.Filter):
+    """Lets each library message template through once a minute, with a count of repeats.
+
+    The OpenTelemetry SDK logs every failed export; with the backend down that
+    is a line per export interval forever.
+    """
+
+    def __init__(self, prefixes: tuple[str, ...], every: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self._prefixes = prefixes
+        self._every = every
+        self._clock = clock
+        self._seen: OrderedDict[tuple[str, str], list[float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith(self._prefixes):
+            return True
+        key, now = (record.name, str(record.msg)), self._clock()
+        with self._lock:
+            entry = self._seen.get(key)
+            if entry is not None and now - entry[0] < self._every:
+                entry[1] += 1
+                return False
+            held_back = int(entry[1]) if entry else 0
+            self._seen[key] = [now, 0]
+            self._seen.move_to_end(key)
+            while len(self._seen) > 256:
+                self._seen.popitem(last=False)
+        if held_back:
+            record.msg = f"{record.msg} ({held_back} similar messages suppressed)"
+        return True
+
+
 def configure(level: str = "info", fmt: str = "text", stream=None) -> None:
     """Route the ``otel_gpu`` loggers (and warnings from libraries) to stderr."""
     handler = logging.StreamHandler(stream or sys.stderr)
@@ -43,6 +78,7 @@ def configure(level: str = "info", fmt: str = "text", stream=None) -> None:
         formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     formatter.converter = time.gmtime
     handler.setFormatter(formatter)
+    handler.addFilter(_LibraryRateLimit(("opentelemetry", "grpc")))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

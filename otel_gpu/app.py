@@ -7,13 +7,15 @@ and the in-process tests start and stop exactly the same thing.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from otel_gpu._log import LogLimiter
 from otel_gpu.config import Config
+from otel_gpu.exporters import otlp
 from otel_gpu.exporters.prometheus import MetricsServer, RenderCache, new_reader
 from otel_gpu.nvml.library import Nvml
 from otel_gpu.nvml.sampler import Sampler, SamplerThread, SnapshotStore
@@ -90,6 +92,32 @@ class Publisher:
             return snapshot
 
 
+def otlp_settings(config: Config) -> otlp.OtlpSettings:
+    return otlp.OtlpSettings(
+        endpoint=config.otlp_endpoint,
+        protocol=config.otlp_protocol,
+        headers_file=config.otlp_headers_file,
+        insecure=config.otlp_insecure,
+        certificate=config.otlp_certificate,
+        client_certificate=config.otlp_client_certificate,
+        client_key=config.otlp_client_key,
+        compression=config.otlp_compression,
+        timeout=config.otlp_timeout,
+        interval=config.otlp_interval,
+        temporality=config.otlp_temporality,
+        pod_identity=config.pod_identity,
+    )
+
+
+def choose_exporters(config: Config, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The configured exporters; by default Prometheus, plus OTLP once an endpoint is set."""
+    if config.exporters:
+        return config.exporters
+    if otlp.endpoint_configured(otlp_settings(config), environ):
+        return ("prometheus", "otlp")
+    return ("prometheus",)
+
+
 class Collector:
     """The running collector: sampler and kubelet threads, MeterProvider, HTTP endpoint."""
 
@@ -99,7 +127,9 @@ class Collector:
         nvml: Nvml,
         *,
         clock: Callable[[], float] = time.monotonic,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
+        environ = os.environ if environ is None else environ
         self.config = config
         self.nvml = nvml
         self._clock = clock
@@ -111,12 +141,21 @@ class Collector:
             self.enricher = pod_enricher(config, on_update=self.publisher.pods_changed)
             self.publisher.enrich = self.enricher
         self.sampler_thread = SamplerThread(self.sampler, self.publisher.sample, config.interval)
-        reader, registry = new_reader()
+        resource = build_resource(config.node_name)
+        self.exporters = choose_exporters(config, environ)
+        readers: list = []
+        self.cache: RenderCache | None = None
+        if "prometheus" in self.exporters:
+            reader, registry = new_reader()
+            readers.append(reader)
+            self.cache = RenderCache(
+                registry, lambda: self.store.version, max_age=min(config.interval, 60.0),
+                clock=clock,
+            )
+        if "otlp" in self.exporters:
+            readers.append(otlp.build_reader(otlp_settings(config), resource, environ))
         self.provider, self.instruments = build_meter_provider(
-            build_resource(config.node_name), [reader], lambda: self.store.latest, clock=clock
-        )
-        self.cache = RenderCache(
-            registry, lambda: self.store.version, max_age=min(config.interval, 60.0), clock=clock
+            resource, readers, lambda: self.store.latest, clock=clock
         )
         self.server = MetricsServer(config.listen, self.cache, self.readiness)
 
@@ -150,14 +189,18 @@ class Collector:
             self.enricher.watcher.start()
         self.sampler_thread.start()
         host, _ = self.config.listen
-        log.info("serving metrics on http://%s:%d/metrics (interval %g s)",
-                 host, self.server.port, self.config.interval)
+        log.info("serving metrics on http://%s:%d/metrics (interval %g s; exporters: %s)",
+                 host, self.server.port, self.config.interval, ", ".join(self.exporters))
 
-    def stop(self) -> None:
-        """Stops within a few seconds even if an NVML call is stuck."""
+    def stop(self, final_export_s: float = 2.5) -> None:
+        """Stops within a few seconds even if an NVML call or the backend is stuck.
+
+        Shutting the MeterProvider down makes the OTLP reader export once more,
+        so the last values are not lost.
+        """
         self.server.stop()
         if self.enricher is not None:
             self.enricher.watcher.stop()
-        self.sampler_thread.stop(timeout=2.0)
-        self.provider.shutdown(timeout_millis=1000)
+        self.sampler_thread.stop(timeout=0.5)
+        self.provider.shutdown(timeout_millis=final_export_s * 1000)
         self.nvml.shutdown()

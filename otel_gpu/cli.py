@@ -41,7 +41,12 @@ _METAVARS = {
     "listen": "HOST:PORT", "interval": "SECONDS", "simulate": "PROFILE|FILE",
     "pod_attribution": "true|false", "kubelet_socket": "PATH", "kubelet_resource_names": "NAMES",
     "sysfs_root": "DIR", "node_name": "NAME", "kubelet_interval": "SECONDS",
-    "kubelet_timeout": "SECONDS", "kubelet_grace_period": "SECONDS",
+    "kubelet_timeout": "SECONDS", "kubelet_grace_period": "SECONDS", "exporters": "LIST",
+    "pod_identity": "resource|attributes", "otlp_endpoint": "URL",
+    "otlp_protocol": "grpc|http/protobuf", "otlp_headers_file": "FILE",
+    "otlp_insecure": "true|false", "otlp_certificate": "FILE", "otlp_client_certificate": "FILE",
+    "otlp_client_key": "FILE", "otlp_compression": "gzip|none", "otlp_timeout": "SECONDS",
+    "otlp_interval": "SECONDS", "otlp_temporality": "cumulative|delta",
 }
 
 
@@ -102,10 +107,13 @@ def _open_nvml(config: Config):
 
 def serve(config: Config) -> int:
     from otel_gpu.app import Collector
+    from otel_gpu.exporters.otlp import OtlpSetupError
 
     nvml = _open_nvml(config)
     try:
         collector = Collector(config, nvml)
+    except OtlpSetupError as exc:
+        _die(str(exc))
     except OSError as exc:
         host, port = config.listen
         _die(f"listen {host}:{port}: {exc.strerror or exc}")

@@ -90,6 +90,27 @@ def parse_list(value: Any) -> tuple[str, ...]:
     return tuple(str(item).strip() for item in items if str(item).strip())
 
 
+def _optional(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``parse``, except that empty means "not set" (left to the OTEL_* variables)."""
+
+    def parse_optional(value: Any) -> Any:
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        return parse(value)
+
+    return parse_optional
+
+
+def parse_exporters(value: Any) -> tuple[str, ...] | None:
+    names = parse_list(value)
+    if not names:
+        return None
+    for name in names:
+        if name not in ("prometheus", "otlp"):
+            raise ValueError(f"expected prometheus and/or otlp, got {name!r}")
+    return tuple(dict.fromkeys(names))
+
+
 def _optional_text(value: Any) -> str | None:
     text = "" if value is None else str(value).strip()
     return text or None
@@ -136,6 +157,32 @@ OPTIONS: tuple[Option, ...] = (
            "nvidia.com/gpu, nvidia.com/gpu.shared and nvidia.com/mig-*"),
     Option("sysfs_root", "/", str,
            "where the host's /sys is mounted (for NUMA placement), e.g. /host"),
+    Option("exporters", None, parse_exporters,
+           "prometheus, otlp, or both (comma-separated); default: prometheus, plus otlp "
+           "when an OTLP endpoint is configured"),
+    Option("pod_identity", "resource", _choice(("resource", "attributes")),
+           "OTLP only: send each pod's series under a Resource naming the pod (resource), "
+           "or keep pod identity as data point attributes (attributes)"),
+    Option("otlp_endpoint", None, _optional_text,
+           "OTLP endpoint (default: OTEL_EXPORTER_OTLP_[METRICS_]ENDPOINT)"),
+    Option("otlp_protocol", None, _optional(_choice(("grpc", "http/protobuf"))),
+           "grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_[METRICS_]PROTOCOL, "
+           "else http/protobuf)"),
+    Option("otlp_headers_file", None, _optional_text,
+           "file of key=value headers sent with every export (e.g. a token from a Secret); "
+           "added to OTEL_EXPORTER_OTLP_HEADERS"),
+    Option("otlp_insecure", None, _optional(parse_bool), "gRPC only: plaintext instead of TLS"),
+    Option("otlp_certificate", None, _optional_text, "CA bundle to verify the backend (PEM)"),
+    Option("otlp_client_certificate", None, _optional_text, "client certificate for mTLS (PEM)"),
+    Option("otlp_client_key", None, _optional_text, "client private key for mTLS (PEM)"),
+    Option("otlp_compression", None, _optional(_choice(("gzip", "none"))), "gzip or none"),
+    Option("otlp_timeout", None, _optional(parse_duration),
+           "deadline of one export, retries included (default: the OTEL_* variables, else 10s)"),
+    Option("otlp_interval", None, _optional(parse_duration),
+           "how often metrics are pushed (default: OTEL_METRIC_EXPORT_INTERVAL, else 60s)"),
+    Option("otlp_temporality", None, _optional(_choice(("cumulative", "delta"))),
+           "cumulative or delta (default: OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE, "
+           "else cumulative)"),
     Option("log_level", "info", _choice(LEVELS), "debug, info, warning or error"),
     Option("log_format", "text", _choice(FORMATS), "text, or json for one JSON object per line"),
 )
@@ -154,6 +201,19 @@ class Config:
     kubelet_grace_period: float
     kubelet_resource_names: tuple[str, ...]
     sysfs_root: str
+    exporters: tuple[str, ...] | None
+    pod_identity: str
+    otlp_endpoint: str | None
+    otlp_protocol: str | None
+    otlp_headers_file: str | None
+    otlp_insecure: bool | None
+    otlp_certificate: str | None
+    otlp_client_certificate: str | None
+    otlp_client_key: str | None
+    otlp_compression: str | None
+    otlp_timeout: float | None
+    otlp_interval: float | None
+    otlp_temporality: str | None
     log_level: str
     log_format: str
 

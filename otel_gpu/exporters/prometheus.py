@@ -99,6 +99,9 @@ class _Handler(BaseHTTPRequestHandler):
             pass  # the scraper went away; nothing to answer
 
     def _metrics(self) -> None:
+        if self.server.cache is None:
+            self._text(404, "the prometheus exporter is off (see the exporters setting)\n")
+            return
         try:
             rendered = self.server.cache.get()
         except Exception:  # noqa: BLE001 - a bug in rendering must not kill the server
@@ -135,7 +138,9 @@ class MetricsServer(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128  # many scrapers at once must not overflow the listen backlog
 
-    def __init__(self, address: tuple[str, int], cache: RenderCache, readiness: Readiness) -> None:
+    def __init__(
+        self, address: tuple[str, int], cache: RenderCache | None, readiness: Readiness
+    ) -> None:
         self.cache = cache
         self.readiness = readiness
         self.limited = LogLimiter(log, 60.0)
