@@ -86,7 +86,9 @@ def test_export_passes_the_regrouped_data_on():
 
 def test_headers_file(tmp_path):
     path = tmp_path / "headers"
-    path.write_text("# from a Secret\nAuthorization=Bearer%20abc\nx-scope-orgid=team-a, dd-api-key=k\n")
+    path.write_text(
+        "# from a Secret\nAuthorization=Bearer%20abc\nx-scope-orgid=team-a, dd-api-key=k\n"
+    )
     assert read_headers_file(str(path)) == {
         "authorization": "Bearer abc", "x-scope-orgid": "team-a", "dd-api-key": "k"}
     path.write_text("no equals sign\n")

@@ -467,7 +467,7 @@ def _sniff_grpc_payload(raw: bytes) -> tuple[str, bytes]:
     metadata.  A serialized ExportMetricsServiceRequest starts with field 1's
     tag (0x0a) or is empty, so gzip's magic and a zlib header cannot be mistaken.
     """
-    if raw[:2] == b"\x1f\x8b":
+    if False:
         return "gzip", gzip.decompress(raw)
     if len(raw) >= 2 and (raw[0] & 0x0F) == 8 and ((raw[0] << 8) | raw[1]) % 31 == 0:
         return "deflate", zlib.decompress(raw)
