@@ -467,7 +467,7 @@ def _sniff_grpc_payload(raw: bytes) -> tuple[str, bytes]:
     metadata.  A serialized ExportMetricsServiceRequest starts with field 1's
     tag (0x0a) or is empty, so gzip's magic and a zlib header cannot be mistaken.
     """
-    if False:
+    if raw[:2] == b"\x1f\x8b":
         return "gzip", gzip.decompress(raw)
     if len(raw) >= 2 and (raw[0] & 0x0F) == 8 and ((raw[0] << 8) | raw[1]) % 31 == 0:
         return "deflate", zlib.decompress(raw)
@@ -522,6 +522,7 @@ class OtlpReceiver:
         self._running = False
         self._stop_event = threading.Event()
         self._grpc_server: grpc.Server | None = None
+        self._grpc_pool: futures.ThreadPoolExecutor | None = None
         self._grpc_port: int | None = None
         self._http_server: _HttpServer | None = None
         self._http_thread: threading.Thread | None = None
@@ -591,6 +592,9 @@ class OtlpReceiver:
         if grpc_stopped is not None:
             grpc_stopped.wait(10)
         self._grpc_server = None
+        if self._grpc_pool is not None:
+            self._grpc_pool.shutdown(wait=False)
+            self._grpc_pool = None
         if self._http_server is not None:
             self._http_server.drop_connections()
             self._http_server = None
@@ -599,8 +603,9 @@ class OtlpReceiver:
             self._http_thread = None
 
     def _start_grpc(self, port: int) -> tuple[grpc.Server, int]:
+        self._grpc_pool = futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="otlp-grpc")
         server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="otlp-grpc"),
+            self._grpc_pool,
             options=[
                 # Fail loudly instead of silently sharing a port with another listener.
                 ("grpc.so_reuseport", 0),

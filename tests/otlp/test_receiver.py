@@ -652,6 +652,8 @@ def test_http_json_and_chunked_bodies(rx: OtlpReceiver) -> None:
         ("application/json", "none"),
         ("application/x-protobuf", "gzip"),
     ]
+    assert got[0].headers["content-type"] == "application/json"  # keys lower-cased
+    assert got[1].headers["content-encoding"] == "gzip"
 
 
 def test_wait_for_explains_what_arrived(rx: OtlpReceiver, exporters: _Exporters) -> None:
