@@ -204,6 +204,7 @@ def build_exporter(settings: OtlpSettings, environ: Mapping[str, str]) -> Metric
             endpoint = endpoint.rstrip("/") + "/v1/metrics"
         exporter = HttpExporter(
             endpoint=endpoint,
+            session=_explicit_ca_session(),
             certificate_file=settings.certificate,
             client_key_file=settings.client_key,
             client_certificate_file=settings.client_certificate,
@@ -214,6 +215,25 @@ def build_exporter(settings: OtlpSettings, environ: Mapping[str, str]) -> Metric
         )
     report_partial_success(exporter)
     return exporter
+
+
+def _explicit_ca_session() -> Any:
+    """A requests session in which a configured CA beats REQUESTS_CA_BUNDLE.
+
+    ``requests`` lets those variables override the session's CA, so an
+    ``OTEL_EXPORTER_OTLP_CERTIFICATE`` or ``otlp_certificate`` would be ignored
+    on any machine that sets them for other software.
+    """
+    import requests
+
+    class Session(requests.Session):
+        def merge_environment_settings(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            settings = super().merge_environment_settings(*args, **kwargs)
+            if isinstance(self.verify, str):
+                settings["verify"] = self.verify
+            return settings
+
+    return Session()
 
 
 def build_reader(
