@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from otel_gpu import naming
 from otel_gpu._log import LogLimiter
 from otel_gpu.config import Config
 from otel_gpu.exporters import otlp
@@ -146,11 +148,23 @@ class Collector:
         readers: list = []
         self.cache: RenderCache | None = None
         if "prometheus" in self.exporters:
-            reader, registry = new_reader()
-            readers.append(reader)
+            parts: list[Callable[[], bytes]] = []
+            if "otel" in config.naming:
+                reader, render_otel = new_reader()
+                readers.append(reader)
+                parts.append(render_otel)
+            views = naming.build_views(
+                config.naming,
+                hostname=config.node_name or socket.gethostname(),
+                collectors_file=config.collectors,
+                hostname_label=config.dcgm_hostname_label,
+                shared_gpu_copies=config.dcgm_shared_gpu_copies,
+            )
+            if views:
+                parts.append(lambda: naming.render_views(views, self.store.latest))
             self.cache = RenderCache(
-                registry, lambda: self.store.version, max_age=min(config.interval, 60.0),
-                clock=clock,
+                lambda: b"".join(part() for part in parts), lambda: self.store.version,
+                max_age=min(config.interval, 60.0), clock=clock,
             )
         if "otlp" in self.exporters:
             readers.append(otlp.build_reader(otlp_settings(config), resource, environ))

@@ -47,6 +47,8 @@ _METAVARS = {
     "otlp_insecure": "true|false", "otlp_certificate": "FILE", "otlp_client_certificate": "FILE",
     "otlp_client_key": "FILE", "otlp_compression": "gzip|none", "otlp_timeout": "SECONDS",
     "otlp_interval": "SECONDS", "otlp_temporality": "cumulative|delta",
+    "naming": "PROFILES", "collectors": "CSV", "dcgm_hostname_label": "Hostname|hostname",
+    "dcgm_shared_gpu_copies": "true|false",
 }
 
 
@@ -56,8 +58,9 @@ def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
                         help=f"YAML configuration file (also ${CONFIG_ENV})")
     for option in OPTIONS:
         metavar = _METAVARS.get(option.key, option.key.split("_")[-1].upper())
+        flags = ("-f", option.flag) if option.key == "collectors" else (option.flag,)
         parser.add_argument(
-            option.flag, dest=option.key, metavar=metavar, default=default,
+            *flags, dest=option.key, metavar=metavar, default=default,
             help=f"{option.help} (${option.env}; default {option.default})",
         )
 
@@ -108,11 +111,12 @@ def _open_nvml(config: Config):
 def serve(config: Config) -> int:
     from otel_gpu.app import Collector
     from otel_gpu.exporters.otlp import OtlpSetupError
+    from otel_gpu.naming.dcgm import CollectorsError
 
     nvml = _open_nvml(config)
     try:
         collector = Collector(config, nvml)
-    except OtlpSetupError as exc:
+    except (OtlpSetupError, CollectorsError) as exc:
         _die(str(exc))
     except OSError as exc:
         host, port = config.listen

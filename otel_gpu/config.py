@@ -62,6 +62,16 @@ def parse_listen(value: Any) -> tuple[str, int]:
     return host, number
 
 
+def _choice_exact(allowed: tuple[str, ...]) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        text = str(value).strip()
+        if text not in allowed:
+            raise ValueError(f"expected one of {', '.join(allowed)}, got {value!r}")
+        return text
+
+    return parse
+
+
 def _choice(allowed: tuple[str, ...]) -> Callable[[Any], str]:
     def parse(value: Any) -> str:
         text = str(value).strip().lower()
@@ -111,6 +121,16 @@ def parse_exporters(value: Any) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys(names))
 
 
+def parse_naming(value: Any) -> tuple[str, ...]:
+    names = parse_list(value)
+    if not names:
+        raise ValueError("expected at least one of otel, dcgm, kubelet")
+    for name in names:
+        if name not in ("otel", "dcgm", "kubelet"):
+            raise ValueError(f"expected otel, dcgm and/or kubelet, got {name!r}")
+    return tuple(dict.fromkeys(names))
+
+
 def _optional_text(value: Any) -> str | None:
     text = "" if value is None else str(value).strip()
     return text or None
@@ -157,6 +177,16 @@ OPTIONS: tuple[Option, ...] = (
            "nvidia.com/gpu, nvidia.com/gpu.shared and nvidia.com/mig-*"),
     Option("sysfs_root", "/", str,
            "where the host's /sys is mounted (for NUMA placement), e.g. /host"),
+    Option("naming", "otel", parse_naming,
+           "names on the Prometheus endpoint: otel, dcgm (dcgm-exporter's), kubelet (the "
+           "kubelet's pre-1.20 accelerator metrics), or several, comma-separated"),
+    Option("collectors", None, _optional_text,
+           "dcgm profile: a dcgm-exporter counters CSV file choosing the DCGM_FI_* fields"),
+    Option("dcgm_hostname_label", "Hostname", _choice_exact(("Hostname", "hostname")),
+           "dcgm profile: the host label's name (newer dcgm-exporter releases use hostname)"),
+    Option("dcgm_shared_gpu_copies", False, parse_bool,
+           "dcgm profile: copy a time-sliced GPU's series once per pod, as dcgm-exporter "
+           "does (sums over pods then count the GPU several times)"),
     Option("exporters", None, parse_exporters,
            "prometheus, otlp, or both (comma-separated); default: prometheus, plus otlp "
            "when an OTLP endpoint is configured"),
@@ -201,6 +231,10 @@ class Config:
     kubelet_grace_period: float
     kubelet_resource_names: tuple[str, ...]
     sysfs_root: str
+    naming: tuple[str, ...]
+    collectors: str | None
+    dcgm_hostname_label: str
+    dcgm_shared_gpu_copies: bool
     exporters: tuple[str, ...] | None
     pod_identity: str
     otlp_endpoint: str | None

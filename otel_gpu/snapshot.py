@@ -67,6 +67,8 @@ class DeviceSample:
     values: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
     xid_counts: Mapping[int, int] = field(default_factory=lambda: _EMPTY)
     """Cumulative XID events seen since start, by XID code."""
+    last_xid: int | None = None
+    """The most recent XID code (what dcgm-exporter's XID_ERRORS shows)."""
     error: str | None = None
     """Why the device is failed, when it is."""
 

@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[1]
 _SERVING = re.compile(r"serving metrics on http://[^:]+:(\d+)/metrics")
@@ -43,11 +42,25 @@ def http_get(url: str, timeout: float = 10.0, headers: dict | None = None):
         return err.code, dict(err.headers), err.read()
 
 
+_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)(?: \d+)?$")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+
 def parse_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """Samples exactly as written (a client library's parser renames counters)."""
     out = []
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out.append((s.name, dict(s.labels), s.value))
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = _LINE.match(line)
+        assert match, f"not an exposition line: {line!r}"
+        name, labels, value = match.groups()
+        parsed = {
+            k: re.sub(r"\\.", lambda m: _UNESCAPE.get(m.group(0), m.group(0)), v)
+            for k, v in _LABEL.findall(labels or "")
+        }
+        out.append((name, parsed, float(value)))
     return out
 
 

@@ -31,11 +31,12 @@ Readiness = Callable[[], "tuple[bool, str]"]
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-def new_reader() -> tuple[PrometheusMetricReader, CollectorRegistry]:
-    """A Prometheus reader on a private registry (never the process-global one)."""
+def new_reader() -> tuple[PrometheusMetricReader, Callable[[], bytes]]:
+    """A Prometheus reader on a private registry, and the function rendering it."""
     registry = CollectorRegistry(auto_describe=False)
     # Scope labels (otel_scope_name=...) would repeat one constant on every series.
-    return PrometheusMetricReader(registry=registry, scope_info_enabled=False), registry
+    reader = PrometheusMetricReader(registry=registry, scope_info_enabled=False)
+    return reader, lambda: generate_latest(registry)
 
 
 @dataclass(frozen=True)
@@ -47,17 +48,21 @@ class _Rendered:
 
 
 class RenderCache:
-    """Renders the registry when the snapshot changed or the cache is older than ``max_age``."""
+    """Renders the body when the snapshot changed or the cache is older than ``max_age``.
+
+    ``render`` produces the whole exposition (the OpenTelemetry registry and
+    any compatibility views).
+    """
 
     def __init__(
         self,
-        registry: CollectorRegistry,
+        render: Callable[[], bytes],
         snapshot_key: Callable[[], object],
         *,
         max_age: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._registry = registry
+        self._render = render
         self._key = snapshot_key
         self._max_age = max_age
         self._clock = clock
@@ -71,7 +76,7 @@ class RenderCache:
             now = self._clock()
             cached = self._cached
             if cached is None or cached.key != key or now - cached.at >= self._max_age:
-                body = generate_latest(self._registry)
+                body = self._render()
                 cached = self._cached = _Rendered(key, now, body, gzip.compress(body, 5))
                 self.renders += 1
             return cached

@@ -140,6 +140,7 @@ class _Tracked:
     parent: _Tracked | None = None
     unsupported: set[str] = field(default_factory=set)
     xid: Counter = field(default_factory=Counter)
+    last_xid: int | None = None
     failure: str | None = None
 
     def label(self) -> str:
@@ -354,6 +355,7 @@ class Sampler:
                 continue
             code = int(res.value.eventData)
             tracked.xid[code] += 1
+            tracked.last_xid = code
             log.warning("%s reported XID %d", tracked.label(), code)
 
     def _read(self, t: _Tracked) -> DeviceSample:
@@ -378,6 +380,7 @@ class Sampler:
             state=self._state(failure, values),
             values=MappingProxyType(values) if failure is None else MappingProxyType({}),
             xid_counts=MappingProxyType(dict(t.xid)),
+            last_xid=t.last_xid,
             error=failure,
         )
 

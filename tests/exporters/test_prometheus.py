@@ -7,7 +7,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from otel_gpu.exporters.prometheus import MetricsServer, RenderCache
 from tests.conftest import http_get
@@ -21,6 +21,10 @@ class Clock:
         return self.now
 
 
+def _render(registry):
+    return lambda: generate_latest(registry)
+
+
 @pytest.fixture
 def registry():
     reg = CollectorRegistry()
@@ -30,7 +34,7 @@ def registry():
 
 def test_renders_once_per_snapshot(registry):
     clock, key = Clock(), {"seq": 1}
-    cache = RenderCache(registry, lambda: key["seq"], max_age=10.0, clock=clock)
+    cache = RenderCache(_render(registry), lambda: key["seq"], max_age=10.0, clock=clock)
     first = cache.get()
     assert b"demo_value 7.0" in first.body
     assert gzip.decompress(first.gzipped) == first.body
@@ -41,7 +45,7 @@ def test_renders_once_per_snapshot(registry):
 
 def test_expires_without_a_new_snapshot(registry):
     clock = Clock()
-    cache = RenderCache(registry, lambda: 1, max_age=10.0, clock=clock)
+    cache = RenderCache(_render(registry), lambda: 1, max_age=10.0, clock=clock)
     cache.get()
     clock.now += 9.9
     cache.get()
@@ -54,7 +58,7 @@ def test_expires_without_a_new_snapshot(registry):
 @pytest.fixture
 def server(registry):
     state = {"ready": (False, "not ready: no NVML sample has finished yet")}
-    cache = RenderCache(registry, lambda: 1, max_age=60.0)
+    cache = RenderCache(_render(registry), lambda: 1, max_age=60.0)
     srv = MetricsServer(("127.0.0.1", 0), cache, lambda: state["ready"])
     srv.start()
     yield srv, state
@@ -99,7 +103,7 @@ def test_a_render_failure_is_a_500_not_a_crash(registry):
             raise RuntimeError("bug")
 
     registry.register(Broken())
-    srv = MetricsServer(("127.0.0.1", 0), RenderCache(registry, lambda: 1, max_age=1.0),
+    srv = MetricsServer(("127.0.0.1", 0), RenderCache(_render(registry), lambda: 1, max_age=1.0),
                         lambda: (True, "ready"))
     srv.start()
     try:

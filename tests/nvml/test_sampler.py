@@ -172,6 +172,7 @@ def test_xid_events_are_counted_per_code(driver):
     sampler.sample()
     snap = sampler.sample()
     assert dict(snap.devices[0].xid_counts) == {79: 2, 48: 1}
+    assert snap.devices[0].last_xid == 48 and snap.devices[1].last_xid == 48
 
 
 def test_slow_call_is_slow_in_the_sampler_only(driver):

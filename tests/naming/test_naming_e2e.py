@@ -1,0 +1,97 @@
+"""Naming profiles served by the real otel-gpu process."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli, series, wait_until
+from tests.test_cli import _expected_h100_values
+
+DEFAULT_CSV = Path(__file__).parent / "fixtures" / "dcgm-default-counters.csv"
+DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname",
+               "DCGM_FI_DRIVER_VERSION"}
+# What promtool's linter says about dcgm-exporter's own names, which the profile
+# must keep: camelCase labels (UUID, modelName, Hostname, ...) and counters
+# without a _total suffix, and a name with "COUNTER" in it.
+INHERENT_LINT = re.compile(
+    r"^DCGM_FI_\w+ (label names should be written in 'snake_case' not 'camelCase'"
+    r"|counter metrics should have \"_total\" suffix"
+    r"|metric name should not include type 'counter')$"
+)
+
+
+def _wait_for(proc, name: str) -> str:
+    """The body once the first sample shows ``name`` (no self-metrics in dcgm-only mode)."""
+    return wait_until(lambda: (lambda t: t if series(t, name) else None)(proc.metrics()),
+                      what=name)
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian prometheus)")
+def test_dcgm_profile_serves_dcgm_exporters_names_units_and_labels(collector):
+    proc = collector("--simulate", "h100x8", "--naming", "dcgm", "--node-name", "gpu-node-1",
+                     interval="1h")
+    text = _wait_for(proc, "DCGM_FI_DEV_GPU_TEMP")
+    assert "hw_power_watts" not in text and "DCGM_FI_DEV_GPU_TEMP" in text
+    lint = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
+                          text=True, timeout=60)
+    findings = [ln for ln in (lint.stdout + lint.stderr).splitlines() if ln.strip()]
+    assert lint.returncode in (0, 3), lint.stderr  # 1 would be a parse error
+    unexpected = [ln for ln in findings if not INHERENT_LINT.match(ln)]
+    assert unexpected == [], unexpected
+    expected = _expected_h100_values()
+    by_uuid = lambda name: {lab["UUID"]: (lab, v) for lab, v in series(text, name)}  # noqa: E731
+    for uuid, want in expected.items():
+        labels, temp = by_uuid("DCGM_FI_DEV_GPU_TEMP")[uuid]
+        assert set(labels) == DCGM_LABELS
+        assert labels["Hostname"] == "gpu-node-1"
+        assert labels["modelName"] == "NVIDIA H100 80GB HBM3"
+        assert labels["device"] == f"nvidia{labels['gpu']}"
+        assert temp == want["temp"]
+        assert by_uuid("DCGM_FI_DEV_POWER_USAGE")[uuid][1] == pytest.approx(want["power_w"])
+        assert by_uuid("DCGM_FI_DEV_FB_USED")[uuid][1] == pytest.approx(
+            want["used"] / 2**20)
+    for name in ("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK",
+                 "DCGM_FI_DEV_GPU_UTIL"):
+        assert len(series(text, name)) == 8, name
+    assert "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter" in text
+
+
+def test_three_profiles_from_one_sample(collector):
+    proc = collector("--simulate", "h100x8", "--naming", "otel,dcgm,kubelet", interval="1h")
+    text = _wait_for(proc, "DCGM_FI_DEV_FB_USED")
+    assert series(text, "otel_gpu_samples_total")[0][1] == 1
+    otel = {lab["hw_id"]: v for lab, v in series(text, "hw_gpu_memory_usage_bytes")}
+    dcgm = {lab["UUID"]: v for lab, v in series(text, "DCGM_FI_DEV_FB_USED")}
+    assert otel and {k: v / 2**20 for k, v in otel.items()} == pytest.approx(dcgm)
+    assert "# TYPE container_accelerator_duty_cycle" not in text  # no pods, no kubelet series
+
+
+def test_default_counters_file_and_what_cannot_be_exported(collector):
+    proc = collector("--simulate", "t4", "--naming", "dcgm", "-f", str(DEFAULT_CSV))
+    text = _wait_for(proc, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
+    assert series(text, "DCGM_FI_DEV_GPU_TEMP")
+    assert series(text, "DCGM_FI_DEV_FB_RESERVED") == []  # not in that file
+    lines = [ln for ln in proc.lines if "DCGM_FI_DEV_VGPU_LICENSE_STATUS" in ln]
+    assert len(lines) == 1 and "vGPU guest" in lines[0]
+
+
+def test_malformed_counters_file_exits_2_naming_the_line(tmp_path):
+    path = tmp_path / "counters.csv"
+    path.write_text("# fields\nDCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_POWER_USAGE\n")
+    code, _, err = run_cli("--simulate", "t4", "--naming", "dcgm", "--collectors", str(path),
+                           "--listen", "127.0.0.1:0")
+    errors = [ln for ln in err.splitlines() if ln.startswith("otel-gpu: error:")]
+    assert code == 2 and len(errors) == 1 and "Traceback" not in err
+    assert f"collectors file {path}: line 3:" in errors[0]
+
+
+def test_bad_naming_profile_is_one_line():
+    code, _, err = run_cli("--simulate", "t4", "--naming", "otel,datadog")
+    assert code == 2 and err.strip().splitlines() == [
+        "otel-gpu: error: naming (from flag --naming): expected otel, dcgm and/or kubelet, "
+        "got 'datadog'"]
