@@ -73,3 +73,120 @@ def markdown(catalog: Sequence[Metric] = CATALOG) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+# dcgm-exporter label -> OpenTelemetry attribute (Prometheus label).
+_DCGM_LABELS = (
+    ("gpu", "nvidia_gpu_index"),
+    ("UUID", "hw_id (for a MIG instance: hw_parent; hw_id is the instance's own MIG UUID)"),
+    ("pci_bus_id", "nvidia_gpu_pci_bus_id"),
+    ("device", "none: `nvidia` + the minor number; `hw_id` identifies the device"),
+    ("modelName", "hw_model"),
+    ("Hostname / hostname", "host_name in target_info, or k8s_node_name"),
+    ("DCGM_FI_DRIVER_VERSION", "hw_driver_version"),
+    ("pod, namespace, container", "k8s_pod_name, k8s_namespace_name, k8s_container_name"),
+    ("GPU_I_PROFILE", "nvidia_gpu_mig_profile"),
+    ("GPU_I_ID", "nvidia_gpu_mig_gpu_instance_id"),
+)
+
+_KUBELET = (
+    ("container_accelerator_duty_cycle", "%", "hw.gpu.utilization (general), `1`",
+     '100 * hw_gpu_utilization{hw_gpu_task="general"}'),
+    ("container_accelerator_memory_used_bytes", "bytes", "hw.gpu.memory.usage, `By`",
+     "hw_gpu_memory_usage_bytes"),
+    ("container_accelerator_memory_total_bytes", "bytes",
+     "hw.gpu.memory.usage + nvidia.gpu.memory.free, `By`",
+     "hw_gpu_memory_usage_bytes + nvidia_gpu_memory_free_bytes"),
+)
+
+
+def migration() -> str:
+    """docs/migration.md: from dcgm-exporter's and the kubelet's names to OpenTelemetry's."""
+    from otel_gpu.naming.dcgm import DEFAULT_FIELDS, FIELDS, UNAVAILABLE
+
+    out = [
+        "# Migrating from dcgm-exporter and from the kubelet's accelerator metrics",
+        "",
+        "Generated from `otel_gpu/naming/dcgm.py` by `otel-gpu metrics --format migration`;",
+        "do not edit by hand (a test fails when this file is out of date).",
+        "",
+        "Point Prometheus at otel-gpu with the naming profile your dashboards use, and",
+        "move to the OpenTelemetry names at your own pace:",
+        "",
+        "```sh",
+        "otel-gpu --naming dcgm                  # what dcgm-exporter served",
+        "otel-gpu --naming otel,dcgm             # both, from the same sample",
+        "otel-gpu --naming otel,dcgm,kubelet     # and the kubelet's old series",
+        "otel-gpu --naming dcgm -f counters.csv  # your dcgm-exporter counters file",
+        "```",
+        "",
+        "Profiles change the Prometheus endpoint only; OTLP always uses the",
+        "OpenTelemetry names.",
+        "",
+        "## dcgm-exporter fields",
+        "",
+        "Each PromQL rewrite gives the dcgm-exporter value, in its unit, from the",
+        "OpenTelemetry series. Default: in dcgm-exporter's default set.",
+        "",
+        "| dcgm-exporter field | type | unit | default | OpenTelemetry metric | PromQL rewrite |",
+        "|---|---|---|---|---|---|",
+    ]
+    by_source = {}
+    for metric in CATALOG:
+        for point in metric.points:
+            by_source.setdefault(point.source.key, metric)
+    for name, field in FIELDS.items():
+        if field.sources:
+            otel = ", ".join(
+                f"`{by_source[s.key].name}` (`{by_source[s.key].unit}`)" for s in field.sources
+            )
+        else:
+            otel = "`nvidia.gpu.xid.errors` (`{error}`)"
+        default = "yes" if name in DEFAULT_FIELDS else ""
+        out.append(f"| `{name}` | {field.type} | {field.unit_note} | {default} | {otel} "
+                   f"| `{field.promql}` |")
+    out += [
+        "",
+        "Differences worth knowing:",
+        "",
+        "- `DCGM_FI_DEV_XID_ERRORS` holds the last XID code; `nvidia.gpu.xid.errors` counts",
+        "  every XID, one series per code, so `increase(...[1h]) > 0` alerts on each kind.",
+        "- On a GPU shared by several pods, dcgm-exporter copies the GPU's series once per",
+        "  pod; otel-gpu does not (sums would count the GPU once per pod) unless",
+        "  `dcgm_shared_gpu_copies` is on. Join `nvidia_gpu_k8s_allocation` instead",
+        "  (docs/kubernetes.md).",
+        "- promtool's linter flags dcgm-exporter's names (camelCase labels, counters",
+        "  without `_total`): the `dcgm` profile keeps them, since dashboards depend on",
+        "  them; the `otel` names pass it.",
+        "",
+        "## Labels",
+        "",
+        "| dcgm-exporter label | OpenTelemetry attribute (Prometheus label) |",
+        "|---|---|",
+    ]
+    out += [f"| `{old}` | {new} |" for old, new in _DCGM_LABELS]
+    out += [
+        "",
+        "## Kubelet accelerator metrics (Kubernetes before 1.20)",
+        "",
+        "Labels `container`, `namespace`, `pod`, `make` (`nvidia`), `model`, `acc_id` (the",
+        "GPU or MIG UUID) become `k8s_container_name`, `k8s_namespace_name`,",
+        "`k8s_pod_name`, `hw_vendor`, `hw_model` and `hw_id`.",
+        "",
+        "| kubelet metric | unit | OpenTelemetry metric, unit | PromQL rewrite |",
+        "|---|---|---|---|",
+    ]
+    out += [f"| `{a}` | {b} | {c} | `{d}` |" for a, b, c, d in _KUBELET]
+    out += [
+        "",
+        "## No equivalent",
+        "",
+        "These dcgm-exporter fields are accepted in a counters file but not exported;",
+        "otel-gpu says so once at start-up, with the reason below.",
+        "",
+        "| field | why |",
+        "|---|---|",
+    ]
+    out += [f"| `{name}` | {why} |" for name, why in UNAVAILABLE.items()]
+    out.append("")
+    return "\n".join(out)

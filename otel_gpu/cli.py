@@ -78,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(sub.add_parser("check", help="sample once and print every device's values"),
             suppress=True)
     metrics = sub.add_parser("metrics", help="list the metric catalog")
-    metrics.add_argument("--format", choices=("text", "markdown"), default="text")
+    metrics.add_argument("--format", choices=("text", "markdown", "migration"), default="text",
+                         help="text; markdown (docs/metrics.md); migration (docs/migration.md)")
     return parser
 
 
@@ -186,7 +187,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "metrics":
         from otel_gpu import _docs
 
-        sys.stdout.write(_docs.markdown() if args.format == "markdown" else _docs.text_table())
+        render = {"markdown": _docs.markdown, "migration": _docs.migration}.get(
+            args.format, _docs.text_table
+        )
+        sys.stdout.write(render())
         return EXIT_OK
     config = _config(args)
     configure_logging(config.log_level, config.log_format)

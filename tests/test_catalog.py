@@ -159,3 +159,10 @@ def test_docs_are_up_to_date():
     assert on_disk == _docs.markdown(), (
         "docs/metrics.md is stale: run `otel-gpu metrics --format markdown > docs/metrics.md`"
     )
+
+
+def test_migration_guide_is_up_to_date():
+    on_disk = (ROOT / "docs" / "migration.md").read_text()
+    assert on_disk == _docs.migration(), (
+        "docs/migration.md is stale: run `otel-gpu metrics --format migration > docs/migration.md`"
+    )

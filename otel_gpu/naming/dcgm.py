@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from otel_gpu import catalog as c
@@ -33,6 +33,8 @@ class DcgmField:
     derive: Callable[[DeviceSample], float | None] | None = None
     unit_note: str = ""
     """How the value relates to NVML's, for the migration guide."""
+    promql: str = ""
+    """The same value from the OpenTelemetry names, for the migration guide."""
 
     def value(self, sample: DeviceSample) -> float | None:
         if self.derive is not None:
@@ -54,59 +56,81 @@ def _last_xid(sample: DeviceSample) -> float | None:
 
 
 def _f(name: str, type_: str, help_: str, *sources: c.Source, factor: float = 1.0,
-       note: str = "") -> DcgmField:
-    return DcgmField(name, type_, help_, sources, factor, unit_note=note)
+       note: str = "", promql: str = "") -> DcgmField:
+    return DcgmField(name, type_, help_, sources, factor, unit_note=note, promql=promql)
 
+
+_GPU_TASK = 'hw_gpu_utilization{hw_gpu_task="%s"}'
+_CLOCK = 'nvidia_gpu_clock_frequency_hertz{nvidia_gpu_clock_domain="%s"} / 1e6'
+_TEMP = 'hw_temperature_celsius{hw_sensor_location="%s"}'
+_IO = 'hw_gpu_io_bytes_total{network_io_direction="%s"} / 1024'
+_ROWS = 'nvidia_gpu_memory_remapped_rows_total{error_type="%s"}'
+_ECC = 'hw_errors_total{error_type="%s"}'
+_MIB = "MiB (NVML bytes / 2^20)"
+_KIB = "KiB (NVML bytes / 1024)"
 
 FIELDS: Mapping[str, DcgmField] = {f.name: f for f in (
-    _f("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (MHz).", c.CLOCK_SM, note="MHz"),
+    _f("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (MHz).", c.CLOCK_SM,
+       note="MHz", promql=_CLOCK % "sm"),
     _f("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (MHz).", c.CLOCK_MEM,
-       note="MHz"),
-    _f("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (C).", c.TEMP_MEM, note="C"),
-    _f("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (C).", c.TEMP_GPU, note="C"),
+       note="MHz", promql=_CLOCK % "memory"),
+    _f("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (C).", c.TEMP_MEM,
+       note="C", promql=_TEMP % "memory"),
+    _f("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (C).", c.TEMP_GPU,
+       note="C", promql=_TEMP % "gpu"),
     _f("DCGM_FI_DEV_POWER_USAGE", "gauge", "Board power draw (W).", c.POWER, factor=0.001,
-       note="W (NVML mW / 1000)"),
+       note="W (NVML mW / 1000)", promql="hw_power_watts"),
     _f("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter",
-       "Energy consumed since the driver was loaded (mJ).", c.ENERGY, note="mJ"),
+       "Energy consumed since the driver was loaded (mJ).", c.ENERGY,
+       note="mJ", promql="hw_energy_joules_total * 1000"),
     _f("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "counter", "Bytes sent over PCIe (KiB).", c.PCIE_TX,
-       factor=1 / 1024, note="KiB (NVML bytes / 1024)"),
+       factor=1 / 1024, note=_KIB, promql=_IO % "transmit"),
     _f("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "counter", "Bytes received over PCIe (KiB).",
-       c.PCIE_RX, factor=1 / 1024, note="KiB (NVML bytes / 1024)"),
+       c.PCIE_RX, factor=1 / 1024, note=_KIB, promql=_IO % "receive"),
     _f("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "PCIe replays (retries).", c.PCIE_REPLAY,
-       note="count"),
-    _f("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (%).", c.UTIL_GPU, note="%"),
+       note="count", promql="nvidia_gpu_pcie_replays_total"),
+    _f("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (%).", c.UTIL_GPU,
+       note="%", promql="100 * " + _GPU_TASK % "general"),
     _f("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory controller utilization (%).", c.UTIL_MEM,
-       note="%"),
-    _f("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (%).", c.UTIL_ENC, note="%"),
-    _f("DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (%).", c.UTIL_DEC, note="%"),
+       note="%", promql="100 * nvidia_gpu_memory_controller_utilization"),
+    _f("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (%).", c.UTIL_ENC,
+       note="%", promql="100 * " + _GPU_TASK % "encoder"),
+    _f("DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (%).", c.UTIL_DEC,
+       note="%", promql="100 * " + _GPU_TASK % "decoder"),
     DcgmField("DCGM_FI_DEV_XID_ERRORS", "gauge", "The most recent XID error code (0: none).",
-              derive=_last_xid, unit_note="XID code"),
+              derive=_last_xid, unit_note="XID code",
+              promql="nvidia_gpu_xid_errors_total (a counter per XID code)"),
     _f("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (MiB).", c.MEM_FREE,
-       factor=MIB, note="MiB (NVML bytes / 2^20)"),
+       factor=MIB, note=_MIB, promql="nvidia_gpu_memory_free_bytes / 2^20"),
     _f("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (MiB).", c.MEM_USED,
-       factor=MIB, note="MiB (NVML bytes / 2^20)"),
+       factor=MIB, note=_MIB, promql="hw_gpu_memory_usage_bytes / 2^20"),
     _f("DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (MiB).", c.MEM_RESERVED,
-       factor=MIB, note="MiB (NVML bytes / 2^20)"),
+       factor=MIB, note=_MIB, promql="nvidia_gpu_memory_reserved_bytes / 2^20"),
     _f("DCGM_FI_DEV_FB_TOTAL", "gauge", "Framebuffer memory total (MiB).", c.MEM_TOTAL,
-       factor=MIB, note="MiB (NVML bytes / 2^20)"),
+       factor=MIB, note=_MIB, promql="hw_gpu_memory_limit_bytes / 2^20"),
     _f("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter",
        "NVLink data sent and received, all links (KiB).", c.NVLINK_TX, c.NVLINK_RX,
-       note="KiB (NVML NVLink data TX + RX)"),
+       note="KiB (NVML NVLink data TX + RX)",
+       promql="sum without (network_io_direction) (nvidia_gpu_nvlink_io_bytes_total) / 1024"),
     _f("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter",
-       "Rows remapped after uncorrectable errors.", c.REMAP_UNC, note="count"),
+       "Rows remapped after uncorrectable errors.", c.REMAP_UNC,
+       note="count", promql=_ROWS % "uncorrected"),
     _f("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter",
-       "Rows remapped after correctable errors.", c.REMAP_COR, note="count"),
+       "Rows remapped after correctable errors.", c.REMAP_COR,
+       note="count", promql=_ROWS % "corrected"),
     _f("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "1 when a row remapping failed.",
-       c.REMAP_FAILURE, note="0/1"),
+       c.REMAP_FAILURE, note="0/1", promql="nvidia_gpu_memory_row_remap_failure"),
     _f("DCGM_FI_DEV_ROW_REMAP_PENDING", "gauge", "1 when a row remapping waits for a reset.",
-       c.REMAP_PENDING, note="0/1"),
+       c.REMAP_PENDING, note="0/1", promql="nvidia_gpu_memory_row_remap_pending"),
     _f("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "Single-bit ECC errors since driver load.",
-       c.ECC_CORRECTED, note="count"),
+       c.ECC_CORRECTED, note="count", promql=_ECC % "corrected"),
     _f("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Double-bit ECC errors since driver load.",
-       c.ECC_UNCORRECTED, note="count"),
-    _f("DCGM_FI_DEV_FAN_SPEED", "gauge", "Fan speed (%).", c.FAN, note="%"),
+       c.ECC_UNCORRECTED, note="count", promql=_ECC % "uncorrected"),
+    _f("DCGM_FI_DEV_FAN_SPEED", "gauge", "Fan speed (%).", c.FAN,
+       note="%", promql="100 * nvidia_gpu_fan_speed"),
     _f("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge", "Clock throttle reasons (bitmask).",
-       c.CLOCK_REASONS, note="NVML bitmask"),
+       c.CLOCK_REASONS, note="NVML bitmask",
+       promql="nvidia_gpu_clock_throttle (one 0/1 series per reason)"),
 )}
 
 # dcgm-exporter's default field set.
@@ -204,8 +228,7 @@ def select_fields(entries: Iterable[CsvEntry] | None) -> tuple[list[DcgmField], 
             continue
         known = FIELDS.get(entry.name)
         if known is not None and entry.type in ("gauge", "counter"):
-            chosen.append(DcgmField(entry.name, entry.type, entry.help or known.help,
-                                    known.sources, known.factor, known.derive, known.unit_note))
+            chosen.append(replace(known, type=entry.type, help=entry.help or known.help))
         elif known is not None:
             problems.append(f"{entry.name} (line {entry.line}): type {entry.type} is not "
                             "supported for it; use gauge or counter")
