@@ -62,19 +62,13 @@ def parse_listen(value: Any) -> tuple[str, int]:
     return host, number
 
 
-def _choice_exact(allowed: tuple[str, ...]) -> Callable[[Any], str]:
+def _choice(allowed: tuple[str, ...], *, exact: bool = False) -> Callable[[Any], str]:
+    """One of ``allowed``; case-insensitive unless ``exact`` (label names are not)."""
+
     def parse(value: Any) -> str:
         text = str(value).strip()
-        if text not in allowed:
-            raise ValueError(f"expected one of {', '.join(allowed)}, got {value!r}")
-        return text
-
-    return parse
-
-
-def _choice(allowed: tuple[str, ...]) -> Callable[[Any], str]:
-    def parse(value: Any) -> str:
-        text = str(value).strip().lower()
+        if not exact:
+            text = text.lower()
         if text not in allowed:
             raise ValueError(f"expected one of {', '.join(allowed)}, got {value!r}")
         return text
@@ -182,7 +176,7 @@ OPTIONS: tuple[Option, ...] = (
            "kubelet's pre-1.20 accelerator metrics), or several, comma-separated"),
     Option("collectors", None, _optional_text,
            "dcgm profile: a dcgm-exporter counters CSV file choosing the DCGM_FI_* fields"),
-    Option("dcgm_hostname_label", "Hostname", _choice_exact(("Hostname", "hostname")),
+    Option("dcgm_hostname_label", "Hostname", _choice(("Hostname", "hostname"), exact=True),
            "dcgm profile: the host label's name (newer dcgm-exporter releases use hostname)"),
     Option("dcgm_shared_gpu_copies", False, parse_bool,
            "dcgm profile: copy a time-sliced GPU's series once per pod, as dcgm-exporter "
