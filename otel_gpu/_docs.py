@@ -143,8 +143,9 @@ def migration() -> str:
         else:
             otel = "`nvidia.gpu.xid.errors` (`{error}`)"
         default = "yes" if name in DEFAULT_FIELDS else ""
+        rewrite = f"`{field.promql}`" if field.promql else field.rewrite_note
         out.append(f"| `{name}` | {field.type} | {field.unit_note} | {default} | {otel} "
-                   f"| `{field.promql}` |")
+                   f"| {rewrite} |")
     out += [
         "",
         "Differences worth knowing:",

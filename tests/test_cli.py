@@ -33,6 +33,8 @@ def _expected_h100_values():
                 "used": pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2).used,
                 "power_w": pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
                 "temp": pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
+                "sm_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+                "util": pynvml.nvmlDeviceGetUtilizationRates(h).gpu,
             }
         return out
     finally:

@@ -35,6 +35,8 @@ class DcgmField:
     """How the value relates to NVML's, for the migration guide."""
     promql: str = ""
     """The same value from the OpenTelemetry names, for the migration guide."""
+    rewrite_note: str = ""
+    """Why there is no one-to-one rewrite, when there is none."""
 
     def value(self, sample: DeviceSample) -> float | None:
         if self.derive is not None:
@@ -56,8 +58,9 @@ def _last_xid(sample: DeviceSample) -> float | None:
 
 
 def _f(name: str, type_: str, help_: str, *sources: c.Source, factor: float = 1.0,
-       note: str = "", promql: str = "") -> DcgmField:
-    return DcgmField(name, type_, help_, sources, factor, unit_note=note, promql=promql)
+       note: str = "", promql: str = "", rewrite_note: str = "") -> DcgmField:
+    return DcgmField(name, type_, help_, sources, factor, unit_note=note, promql=promql,
+                     rewrite_note=rewrite_note)
 
 
 _GPU_TASK = 'hw_gpu_utilization{hw_gpu_task="%s"}'
@@ -99,7 +102,7 @@ FIELDS: Mapping[str, DcgmField] = {f.name: f for f in (
        note="%", promql="100 * " + _GPU_TASK % "decoder"),
     DcgmField("DCGM_FI_DEV_XID_ERRORS", "gauge", "The most recent XID error code (0: none).",
               derive=_last_xid, unit_note="XID code",
-              promql="nvidia_gpu_xid_errors_total (a counter per XID code)"),
+              rewrite_note="none: `nvidia_gpu_xid_errors_total` counts each XID code"),
     _f("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (MiB).", c.MEM_FREE,
        factor=MIB, note=_MIB, promql="nvidia_gpu_memory_free_bytes / 2^20"),
     _f("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (MiB).", c.MEM_USED,
@@ -130,7 +133,7 @@ FIELDS: Mapping[str, DcgmField] = {f.name: f for f in (
        note="%", promql="100 * nvidia_gpu_fan_speed"),
     _f("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge", "Clock throttle reasons (bitmask).",
        c.CLOCK_REASONS, note="NVML bitmask",
-       promql="nvidia_gpu_clock_throttle (one 0/1 series per reason)"),
+       rewrite_note="none: `nvidia_gpu_clock_throttle` has one 0/1 series per reason"),
 )}
 
 # dcgm-exporter's default field set.

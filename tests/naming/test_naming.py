@@ -178,3 +178,8 @@ def test_hostname_label_setting():
     text = render_views(build_views(["dcgm"], hostname="n1", hostname_label="hostname"),
                         _a100_mig()).decode()
     assert 'hostname="n1"' in text and "Hostname=" not in text
+
+
+def test_every_field_has_a_rewrite_or_says_why_not():
+    for field in FIELDS.values():
+        assert bool(field.promql) != bool(field.rewrite_note), field.name
