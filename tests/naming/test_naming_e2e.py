@@ -62,13 +62,30 @@ def test_dcgm_profile_serves_dcgm_exporters_names_units_and_labels(collector):
 
 
 def test_three_profiles_from_one_sample(collector):
-    proc = collector("--simulate", "h100x8", "--naming", "otel,dcgm,kubelet", interval="1h")
-    text = _wait_for(proc, "DCGM_FI_DEV_FB_USED")
+    from otel_gpu.nvml import fake
+    from tests.k8s.fake_kubelet import FakeKubelet, container, devices, pod
+
+    uuids = [d.uuid for d in fake.load_scenario("h100x8").devices]
+    with FakeKubelet() as kubelet:
+        kubelet.set_pods([pod("train", container("main", devices("nvidia.com/gpu", uuids[5])))])
+        proc = collector("--simulate", "h100x8", "--naming", "otel,dcgm,kubelet",
+                         "--kubelet-socket", kubelet.socket_path, "--kubelet-interval", "0.1",
+                         interval="1h")
+        text = _wait_for(proc, "container_accelerator_memory_used_bytes")
     assert series(text, "otel_gpu_samples_total")[0][1] == 1
     otel = {lab["hw_id"]: v for lab, v in series(text, "hw_gpu_memory_usage_bytes")}
     dcgm = {lab["UUID"]: v for lab, v in series(text, "DCGM_FI_DEV_FB_USED")}
-    assert otel and {k: v / 2**20 for k, v in otel.items()} == pytest.approx(dcgm)
-    assert "# TYPE container_accelerator_duty_cycle" not in text  # no pods, no kubelet series
+    assert len(otel) == 8 and {k: v / 2**20 for k, v in otel.items()} == pytest.approx(dcgm)
+    ((labels, used),) = series(text, "container_accelerator_memory_used_bytes")
+    assert labels == {"container": "main", "namespace": "default", "pod": "train",
+                      "make": "nvidia", "model": "NVIDIA H100 80GB HBM3", "acc_id": uuids[5]}
+    assert used == otel[uuids[5]]
+    ((_, total),) = series(text, "container_accelerator_memory_total_bytes")
+    free = {lab["hw_id"]: v for lab, v in series(text, "nvidia_gpu_memory_free_bytes")}
+    assert total == used + free[uuids[5]]
+    ((_, duty),) = series(text, "container_accelerator_duty_cycle")
+    util = series(text, "hw_gpu_utilization", hw_id=uuids[5], hw_gpu_task="general")[0][1]
+    assert duty == pytest.approx(100 * util)
 
 
 def test_default_counters_file_and_what_cannot_be_exported(collector):
