@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import textwrap
 import time
@@ -152,11 +153,13 @@ def test_twenty_concurrent_scrapes_make_no_nvml_calls(collector):
         assert series(body, "otel_gpu_samples_total")[0][1] == 1
 
 
-def test_sigterm_stops_within_five_seconds(collector):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signals_stop_within_five_seconds(collector, sig):
     proc = collector("--simulate", "h100x8")
     proc.wait_sample(1)
-    code, elapsed = proc.stop()
+    code, elapsed = proc.stop(sig)
     assert code == 0 and elapsed < 5.0, proc.log
+    assert f"received {sig.name}, stopping" in proc.log
 
 
 def test_slow_driver_shows_as_age_not_as_a_hung_scrape(collector, tmp_path):
