@@ -127,8 +127,10 @@ def _token(handle: Any) -> int | None:
 
 def mig_profile(name: str) -> str | None:
     """``NVIDIA A100-SXM4-40GB MIG 1g.5gb`` -> ``1g.5gb``."""
-    head, sep, tail = name.partition(" MIG ")
-    return tail.strip() or None if sep else None
+    _, sep, profile = name.partition(" MIG ")
+    if not sep:
+        return None
+    return profile.strip() or None
 
 
 @dataclass
@@ -142,6 +144,7 @@ class _Tracked:
     xid: Counter = field(default_factory=Counter)
     last_xid: int | None = None
     failure: str | None = None
+    events_registered: bool = False
 
     def label(self) -> str:
         if self.device.is_mig:
@@ -160,6 +163,7 @@ class Sampler:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         max_events: int = 256,
+        rediscover_every: int = 60,
     ) -> None:
         self._nvml = nvml
         self._m = nvml.module
@@ -174,6 +178,7 @@ class Sampler:
         self._clock = clock
         self._wall = wall_clock
         self._max_events = max_events
+        self._rediscover_every = max(1, rediscover_every)
         self._devices: list[_Tracked] = []
         self._by_token: dict[int, _Tracked] = {}
         self._known_count: int | None = None
@@ -227,7 +232,8 @@ class Sampler:
                 self._by_token[token] = t
         self._known_count = count
         self._register_events()
-        log.info(
+        log.log(
+            logging.INFO if added or gone or not previous else logging.DEBUG,
             "discovered %d GPU(s) and %d MIG instance(s); driver %s",
             sum(1 for t in found if not t.device.is_mig),
             sum(1 for t in found if t.device.is_mig),
@@ -294,12 +300,13 @@ class Sampler:
                 return
             self._event_set = res.value
         for t in self._devices:
-            if t.device.is_mig or "xid" in t.unsupported:
+            if t.device.is_mig or "xid" in t.unsupported or t.events_registered:
                 continue
             res = self._nvml.call(
                 m.nvmlDeviceRegisterEvents, t.handle, m.nvmlEventTypeXidCriticalError,
                 self._event_set,
             )
+            t.events_registered = res.ok
             if not res.ok:
                 t.unsupported.add("xid")
                 self._limited.once((t.device.uuid, "xid"), logging.INFO,
@@ -313,7 +320,10 @@ class Sampler:
         problems: list[str] = []
         count = self._nvml.call(self._m.nvmlDeviceGetCount)
         if count.ok:
-            if count.value != self._known_count or self._discovery_incomplete:
+            # Periodic rediscovery catches MIG layouts changed at run time and GPUs
+            # that came back after a reset; the count alone would miss both.
+            periodic = self._seq > 0 and self._seq % self._rediscover_every == 0
+            if count.value != self._known_count or self._discovery_incomplete or periodic:
                 if self._known_count is not None and count.value != self._known_count:
                     log.warning("NVML now reports %d GPU(s), was %d",
                                 count.value, self._known_count)

@@ -246,3 +246,21 @@ def test_older_drivers_fall_back_to_the_older_calls(driver):
     assert values["temp.gpu"] == 44
     assert values["memory.total"] == 1000 and values["memory.used"] == 15  # v1: used + reserved
     assert "memory.reserved" not in values
+
+
+def test_periodic_rediscovery_keeps_devices_and_counts(driver):
+    lib, sampler = driver("""
+        devices:
+          - name: NVIDIA A100-SXM4-40GB
+            memory: {total: 1000, used: 10}
+            mig_capable: true
+            mig: [{profile: 1g.5gb, gpu_instance_id: 7, compute_instance_id: 0,
+                   memory: {total: 100, used: 1}}]
+            xid: [{sample: 2, code: 31}]
+    """, rediscover_every=2)
+    for _ in range(5):
+        snap = sampler.sample()
+    assert lib.calls["nvmlDeviceGetHandleByIndex_v2"] == 3  # samples 1, 3 and 5
+    assert lib.calls["nvmlDeviceRegisterEvents"] == 1
+    assert [s.device.is_mig for s in snap.devices] == [False, True]
+    assert dict(snap.devices[0].xid_counts) == {31: 1}
