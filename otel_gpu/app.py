@@ -6,6 +6,7 @@ and the in-process tests start and stop exactly the same thing.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -13,6 +14,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+
+from opentelemetry.sdk.metrics.export import MetricReader
+from opentelemetry.sdk.resources import Resource
 
 from otel_gpu import naming
 from otel_gpu._log import LogLimiter
@@ -66,21 +70,32 @@ class Publisher:
     newest sample joined with the newest pods.
     """
 
-    def __init__(self, store: SnapshotStore, enrich: Callable[[Snapshot], Snapshot] | None):
+    def __init__(
+        self,
+        store: SnapshotStore,
+        enrich: Callable[[Snapshot], Snapshot] | None,
+        on_publish: Callable[[Snapshot], None] | None = None,
+    ) -> None:
         self.store = store
         self.enrich = enrich
+        self.on_publish = on_publish
         self._lock = threading.Lock()
         self._limited = LogLimiter(log, 60.0)
 
     def sample(self, snapshot: Snapshot) -> None:
         with self._lock:
-            self.store.publish(self._enriched(snapshot))
+            self._publish(self._enriched(snapshot))
 
     def pods_changed(self, _state: object = None) -> None:
         with self._lock:
             latest = self.store.latest
             if latest is not None:
-                self.store.publish(self._enriched(latest))
+                self._publish(self._enriched(latest))
+
+    def _publish(self, snapshot: Snapshot) -> None:
+        self.store.publish(snapshot)
+        if self.on_publish is not None:
+            self.on_publish(snapshot)
 
     def _enriched(self, snapshot: Snapshot) -> Snapshot:
         if self.enrich is None:
@@ -120,6 +135,60 @@ def choose_exporters(config: Config, environ: Mapping[str, str]) -> tuple[str, .
     return ("prometheus",)
 
 
+class Telemetry:
+    """One MeterProvider with the catalog's instruments and its readers."""
+
+    def __init__(
+        self,
+        resource: Resource,
+        latest: Callable[[], Snapshot | None],
+        *,
+        clock: Callable[[], float],
+        prometheus: bool,
+        otlp_reader: Callable[[], MetricReader] | None,
+    ) -> None:
+        readers: list[MetricReader] = []
+        self.render: Callable[[], bytes] | None = None
+        if prometheus:
+            reader, self.render = new_reader()
+            readers.append(reader)
+        if otlp_reader is not None:
+            readers.append(otlp_reader())
+        self.provider, self.instruments = build_meter_provider(
+            resource, readers, latest, clock=clock
+        )
+
+    def shutdown(self, timeout_s: float) -> None:
+        """Shutting down makes the OTLP reader export once more: nothing is lost."""
+        self.provider.shutdown(timeout_millis=timeout_s * 1000)
+
+
+class PodChurn:
+    """Says when finished pods' series should be released from the SDK.
+
+    The OpenTelemetry SDK keeps every attribute set an instrument ever saw and,
+    past 2000 per metric, folds new ones into one overflow series: on a node
+    where pods come and go, the live pods' series would vanish within hours.
+    Rebuilding the MeterProvider releases them; this counts the (device, pod)
+    pairs gone since the last rebuild and asks for one when they pile up.
+    """
+
+    def __init__(self, limit: int = 128) -> None:
+        self.limit = limit
+        self._seen: set[tuple] = set()
+
+    def needs_rebuild(self, snapshot: Snapshot) -> bool:
+        if snapshot.pods is None:
+            return False
+        current = {(r.uuid, r.namespace, r.pod, r.container, r.replica)
+                   for r in snapshot.pods.attribution.allocations()}
+        self._seen |= current
+        if len(self._seen - current) <= max(self.limit, len(current)):
+            return False
+        self._seen = current
+        return True
+
+
 class Collector:
     """The running collector: sampler and kubelet threads, MeterProvider, HTTP endpoint."""
 
@@ -137,22 +206,31 @@ class Collector:
         self._clock = clock
         self.store = SnapshotStore()
         self.sampler = Sampler(nvml, clock=clock)
-        self.publisher = Publisher(self.store, None)
+        self.publisher = Publisher(self.store, None, on_publish=self._released_finished_pods)
         self.enricher = None
         if config.pod_attribution:
             self.enricher = pod_enricher(config, on_update=self.publisher.pods_changed)
             self.publisher.enrich = self.enricher
         self.sampler_thread = SamplerThread(self.sampler, self.publisher.sample, config.interval)
-        resource = build_resource(config.node_name)
         self.exporters = choose_exporters(config, environ)
-        readers: list = []
+        prometheus_otel = "prometheus" in self.exporters and "otel" in config.naming
+        resource = build_resource(config.node_name)
+        otlp_reader = None
+        if "otlp" in self.exporters:
+            settings = otlp_settings(config)
+            otlp.build_exporter(settings, environ)  # fail fast on a bad setting
+            otlp_reader = lambda: otlp.build_reader(settings, resource, environ)  # noqa: E731
+
+        def new_telemetry() -> Telemetry:
+            return Telemetry(resource, lambda: self.store.latest, clock=clock,
+                             prometheus=prometheus_otel, otlp_reader=otlp_reader)
+
+        self._new_telemetry = new_telemetry
+        self.telemetry = new_telemetry()
+        self.churn = PodChurn()
+        self.rebuilds = 0
         self.cache: RenderCache | None = None
         if "prometheus" in self.exporters:
-            parts: list[Callable[[], bytes]] = []
-            if "otel" in config.naming:
-                reader, render_otel = new_reader()
-                readers.append(reader)
-                parts.append(render_otel)
             views = naming.build_views(
                 config.naming,
                 hostname=config.node_name or socket.gethostname(),
@@ -160,18 +238,27 @@ class Collector:
                 hostname_label=config.dcgm_hostname_label,
                 shared_gpu_copies=config.dcgm_shared_gpu_copies,
             )
-            if views:
-                parts.append(lambda: naming.render_views(views, self.store.latest))
             self.cache = RenderCache(
-                lambda: b"".join(part() for part in parts), lambda: self.store.version,
+                lambda: self._render(views), lambda: self.store.version,
                 max_age=min(config.interval, 60.0), clock=clock,
             )
-        if "otlp" in self.exporters:
-            readers.append(otlp.build_reader(otlp_settings(config), resource, environ))
-        self.provider, self.instruments = build_meter_provider(
-            resource, readers, lambda: self.store.latest, clock=clock
-        )
         self.server = MetricsServer(config.listen, self.cache, self.readiness)
+
+    def _render(self, views: list) -> bytes:
+        otel = self.telemetry.render() if self.telemetry.render is not None else b""
+        return otel + naming.render_views(views, self.store.latest)
+
+    def _released_finished_pods(self, snapshot: Snapshot) -> None:
+        if not self.churn.needs_rebuild(snapshot):
+            return
+        new = self._new_telemetry()
+        with self.cache.lock if self.cache is not None else contextlib.nullcontext():
+            old, self.telemetry = self.telemetry, new  # no render sees the old one retired
+        self.rebuilds += 1
+        log.info("pods came and went on this node: rebuilt the OpenTelemetry pipeline to "
+                 "release finished pods' series (rebuild %d)", self.rebuilds)
+        threading.Thread(target=old.shutdown, args=(2.5,), name="otel-gpu-retire",
+                         daemon=True).start()
 
     @property
     def stale_after(self) -> float:
@@ -216,5 +303,5 @@ class Collector:
         if self.enricher is not None:
             self.enricher.watcher.stop()
         self.sampler_thread.stop(timeout=0.5)
-        self.provider.shutdown(timeout_millis=final_export_s * 1000)
+        self.telemetry.shutdown(final_export_s)
         self.nvml.shutdown()

@@ -316,7 +316,7 @@ def _numa_alignment(snapshot: Snapshot, now: float) -> Iterable[Observation]:
 
 
 def _kubelet_requests(snapshot: Snapshot, now: float) -> Iterable[Observation]:
-    if snapshot.pods is None:
+    if snapshot.pods is None or snapshot.pods.stats is None:
         return
     for (rpc, code), count in sorted(snapshot.pods.stats.requests.items()):
         yield float(count), {"rpc.method": rpc, "rpc.grpc.status_code": code}

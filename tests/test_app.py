@@ -70,6 +70,42 @@ def test_readiness_follows_the_latest_sample():
                 False, "not ready: no readable GPU: GPU is lost (GPU_IS_LOST) in power")
         finally:
             collector.server.server_close()
-            collector.provider.shutdown()
+            collector.telemetry.shutdown(1.0)
+    finally:
+        fake.uninstall()
+
+
+def test_pod_churn_rebuilds_the_pipeline_before_the_sdk_overflows():
+    from otel_gpu.app import Collector
+    from otel_gpu.config import load
+    from otel_gpu.k8s.attribution import attribute
+    from otel_gpu.k8s.podresources import Allocation, PodResourcesState
+    from otel_gpu.nvml import fake
+    from otel_gpu.nvml.library import Nvml
+    from otel_gpu.snapshot import Device, DeviceSample
+
+    config = load({"listen": "127.0.0.1:0", "pod_attribution": "false"}, environ={})
+    fake.install(fake.FakeNvml(fake.load_scenario("t4")))
+    try:
+        collector = Collector(config, Nvml(), environ={})
+        try:
+            uuid = "GPU-5a5a7118-e550-79a1-597e-7631e126c57a"
+            gpu = Device(uuid, 0, "Tesla T4", "Tesla T4", "00000000:01:00.0")
+            sample = DeviceSample(gpu, values={"power": 70000.0, "clock.reasons": 1.0})
+            for i in range(400):  # a short job per sample, 400 of them
+                state = PodResourcesState(
+                    (Allocation(f"job-{i}", "ci", "main", "nvidia.com/gpu", uuid),), None,
+                    float(i), "v1")
+                snap = replace(_snap(i + 1), devices=(sample,),
+                               pods=PodView(attribute([gpu], state), None, float(i)))
+                collector.publisher.sample(snap)
+                body = collector.cache.get().body.decode()
+                assert f'k8s_pod_name="job-{i}"' in body, i
+                assert "otel_metric_overflow" not in body, i
+            assert collector.rebuilds >= 2
+            assert body.count("hw_power_watts{") == 1
+        finally:
+            collector.server.server_close()
+            collector.telemetry.shutdown(1.0)
     finally:
         fake.uninstall()
