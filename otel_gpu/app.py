@@ -213,6 +213,9 @@ class Collector:
             self.publisher.enrich = self.enricher
         self.sampler_thread = SamplerThread(self.sampler, self.publisher.sample, config.interval)
         self.exporters = choose_exporters(config, environ)
+        if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+            log.warning("OTEL_SDK_DISABLED=true: the OpenTelemetry SDK records nothing, so "
+                        "/metrics carries only the dcgm/kubelet profiles and OTLP sends nothing")
         prometheus_otel = "prometheus" in self.exporters and "otel" in config.naming
         resource = build_resource(config.node_name)
         otlp_reader = None

@@ -242,3 +242,13 @@ def test_port_in_use_is_one_line(collector):
     assert code == 2 and "Traceback" not in err, err
     assert errors == [f"otel-gpu: error: listen 127.0.0.1:{proc.port}: Address already in use"]
     assert http_get(proc.url("/healthz"))[0] == 200
+
+
+def test_otel_sdk_disabled_is_honoured_and_said(collector):
+    proc = collector("--simulate", "t4", "--naming", "otel,dcgm",
+                     env={"OTEL_SDK_DISABLED": "true"})
+    text = wait_until(lambda: (lambda t: t if "DCGM_FI_DEV_GPU_TEMP" in t else None)(
+        proc.metrics()), what="the dcgm series")
+    assert "hw_power_watts" not in text and "target_info" not in text
+    assert "OTEL_SDK_DISABLED=true" in proc.log
+    assert proc.get("/readyz")[0] == 200

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from otel_gpu.k8s.attribution import attribute
-from otel_gpu.k8s.podresources import Allocation, PodResourcesState
 from otel_gpu.naming import build_views, render_views
 from otel_gpu.naming.dcgm import (
     DEFAULT_FIELDS,
@@ -108,7 +107,13 @@ def test_default_field_set_is_dcgm_exporters():
 # --- golden expositions ----------------------------------------------------------
 
 
-def _snapshot(profile: str, allocations: list[Allocation]):
+def _snapshot(profile: str, pods: list):
+    """One sample of ``profile``, attributed through a fake kubelet serving ``pods``."""
+    from dataclasses import replace
+
+    from otel_gpu.k8s.podresources import PodResourcesWatcher
+    from tests.k8s.fake_kubelet import FakeKubelet
+
     lib = fake.FakeNvml(fake.load_scenario(profile))
     fake.install(lib)
     try:
@@ -117,31 +122,38 @@ def _snapshot(profile: str, allocations: list[Allocation]):
         snap = Sampler(nvml).sample()
     finally:
         fake.uninstall()
+    with FakeKubelet() as kubelet:
+        kubelet.set_pods(pods)
+        watcher = PodResourcesWatcher(kubelet.socket_path)
+        try:
+            assert watcher.poll_once()
+            state = watcher.state
+        finally:
+            watcher.stop()
     devices = [s.device for s in snap.devices]
-    state = PodResourcesState(tuple(allocations), None, 1.0, "v1")
-    from dataclasses import replace
-
     return replace(snap, pods=PodView(attribute(devices, state), None, 1.0))
 
 
-def _alloc(pod: str, resource: str, device_id: str, namespace: str = "ml") -> Allocation:
-    return Allocation(pod, namespace, "main", resource, device_id)
+def _pod(name: str, resource: str, device_id: str):
+    from tests.k8s.fake_kubelet import container, devices, pod
+
+    return pod(name, container("main", devices(resource, device_id)), namespace="ml")
 
 
 def _h100x8():
     uuids = [d.uuid for d in fake.load_scenario("h100x8").devices]
-    allocations = [_alloc(f"train-{i}", "nvidia.com/gpu", uuids[i]) for i in range(3)]
-    allocations += [_alloc(f"infer-{i}", "nvidia.com/gpu", f"{uuids[7]}::{i}") for i in range(3)]
-    return _snapshot("h100x8", allocations)
+    pods = [_pod(f"train-{i}", "nvidia.com/gpu", uuids[i]) for i in range(3)]
+    pods += [_pod(f"infer-{i}", "nvidia.com/gpu", f"{uuids[7]}::{i}") for i in range(3)]
+    return _snapshot("h100x8", pods)
 
 
 def _a100_mig():
     gpus = fake.load_scenario("a100-mig").devices
     mig = {m.gpu_instance_id: m.uuid for m in gpus[0].mig}
     return _snapshot("a100-mig", [
-        _alloc("big", "nvidia.com/mig-3g.20gb", mig[1]),
-        _alloc("small", "nvidia.com/mig-1g.5gb", mig[13]),
-        _alloc("whole", "nvidia.com/gpu", gpus[1].uuid),
+        _pod("big", "nvidia.com/mig-3g.20gb", mig[1]),
+        _pod("small", "nvidia.com/mig-1g.5gb", mig[13]),
+        _pod("whole", "nvidia.com/gpu", gpus[1].uuid),
     ])
 
 
