@@ -23,6 +23,7 @@ from otel_gpu._log import LogLimiter
 from otel_gpu.config import Config
 from otel_gpu.exporters import otlp
 from otel_gpu.exporters.prometheus import MetricsServer, RenderCache, new_reader
+from otel_gpu.exporters.webconfig import load_web_config
 from otel_gpu.nvml.library import Nvml
 from otel_gpu.nvml.sampler import Sampler, SamplerThread, SnapshotStore
 from otel_gpu.snapshot import Snapshot
@@ -245,7 +246,8 @@ class Collector:
                 lambda: self._render(views), lambda: self.store.version,
                 max_age=min(config.interval, 60.0), clock=clock,
             )
-        self.server = MetricsServer(config.listen, self.cache, self.readiness)
+        web = load_web_config(config.web_config_file) if config.web_config_file else None
+        self.server = MetricsServer(config.listen, self.cache, self.readiness, web)
 
     def _render(self, views: list) -> bytes:
         otel = self.telemetry.render() if self.telemetry.render is not None else b""
@@ -293,8 +295,9 @@ class Collector:
             self.enricher.watcher.start()
         self.sampler_thread.start()
         host, _ = self.config.listen
-        log.info("serving metrics on http://%s:%d/metrics (interval %g s; exporters: %s)",
-                 host, self.server.port, self.config.interval, ", ".join(self.exporters))
+        scheme = "https" if self.server.tls is not None else "http"
+        log.info("serving metrics on %s://%s:%d/metrics (interval %g s; exporters: %s)",
+                 scheme, host, self.server.port, self.config.interval, ", ".join(self.exporters))
 
     def stop(self, final_export_s: float = 2.5) -> None:
         """Stops within a few seconds even if an NVML call or the backend is stuck.

@@ -48,7 +48,7 @@ _METAVARS = {
     "otlp_client_key": "FILE", "otlp_compression": "gzip|none", "otlp_timeout": "SECONDS",
     "otlp_interval": "SECONDS", "otlp_temporality": "cumulative|delta",
     "naming": "PROFILES", "collectors": "CSV", "dcgm_hostname_label": "Hostname|hostname",
-    "dcgm_shared_gpu_copies": "true|false",
+    "dcgm_shared_gpu_copies": "true|false", "web_config_file": "FILE",
 }
 
 
@@ -112,12 +112,13 @@ def _open_nvml(config: Config):
 def serve(config: Config) -> int:
     from otel_gpu.app import Collector
     from otel_gpu.exporters.otlp import OtlpSetupError
+    from otel_gpu.exporters.webconfig import WebConfigError
     from otel_gpu.naming.dcgm import CollectorsError
 
     nvml = _open_nvml(config)
     try:
         collector = Collector(config, nvml)
-    except (OtlpSetupError, CollectorsError) as exc:
+    except (OtlpSetupError, CollectorsError, WebConfigError) as exc:
         _die(str(exc))
     except OSError as exc:
         host, port = config.listen

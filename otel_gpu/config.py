@@ -149,6 +149,9 @@ class Option:
 OPTIONS: tuple[Option, ...] = (
     Option("listen", "0.0.0.0:9400", parse_listen,
            "address of the Prometheus endpoint (/metrics, /healthz, /readyz)"),
+    Option("web_config_file", None, _optional_text,
+           "TLS and basic auth for the endpoint: a Prometheus exporter web config file "
+           "(tls_server_config, basic_auth_users)"),
     Option("interval", "10s", parse_duration,
            "how often NVML is sampled; scrapes in between are served from the last sample"),
     Option("simulate", None, _optional_text,
@@ -215,6 +218,7 @@ OPTIONS: tuple[Option, ...] = (
 @dataclass(frozen=True)
 class Config:
     listen: tuple[str, int]
+    web_config_file: str | None
     interval: float
     simulate: str | None
     node_name: str | None

@@ -54,7 +54,7 @@ def main() -> int:
         deadline = time.monotonic() + 30
         assert proc.stdout is not None
         while port is None and time.monotonic() < deadline:
-            match = re.search(r"serving metrics on http://[^:]+:(\d+)/", proc.stdout.readline())
+            match = re.search(r"serving metrics on https?://[^:]+:(\d+)/", proc.stdout.readline())
             port = int(match.group(1)) if match else None
         if port is None:
             print("the collector did not start", file=sys.stderr)

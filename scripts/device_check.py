@@ -71,7 +71,7 @@ def main() -> int:
             if not line and proc.poll() is not None:
                 break
             log.append(line)
-            match = re.search(r"serving metrics on http://[^:]+:(\d+)/", line)
+            match = re.search(r"serving metrics on https?://[^:]+:(\d+)/", line)
             port = int(match.group(1)) if match else None
         if port is None:
             print("otel-gpu did not start:\n" + "".join(log), file=sys.stderr)

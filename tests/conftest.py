@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-_SERVING = re.compile(r"serving metrics on http://[^:]+:(\d+)/metrics")
+_SERVING = re.compile(r"serving metrics on https?://[^:]+:(\d+)/metrics")
 
 
 def wait_until(predicate: Callable[[], object], timeout: float = 15.0, what: str = "") -> object:

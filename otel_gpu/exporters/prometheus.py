@@ -8,20 +8,24 @@ expires after ``max_age`` seconds even without a new snapshot, so that
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
 from otel_gpu._log import LogLimiter
+from otel_gpu.exporters.webconfig import BasicAuth, WebConfig
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +94,7 @@ class RenderCache:
 class _Handler(BaseHTTPRequestHandler):
     server: MetricsServer
     protocol_version = "HTTP/1.1"
+    timeout = 30  # a client that stops talking does not hold a thread forever
 
     def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
         path = self.path.split("?", 1)[0]
@@ -109,6 +114,16 @@ class _Handler(BaseHTTPRequestHandler):
             pass  # the scraper went away; nothing to answer
 
     def _metrics(self) -> None:
+        auth = self.server.auth
+        if auth and not auth.check(self.headers.get("Authorization")):
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="otel-gpu"')
+            body = b"unauthorized\n"
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         if self.server.cache is None:
             self._text(404, "the prometheus exporter is off (see the exporters setting)\n")
             return
@@ -149,15 +164,39 @@ class MetricsServer(ThreadingHTTPServer):
     request_queue_size = 128  # many scrapers at once must not overflow the listen backlog
 
     def __init__(
-        self, address: tuple[str, int], cache: RenderCache | None, readiness: Readiness
+        self,
+        address: tuple[str, int],
+        cache: RenderCache | None,
+        readiness: Readiness,
+        web: WebConfig | None = None,
     ) -> None:
         self.cache = cache
         self.readiness = readiness
+        self.tls = web.tls if web is not None else None
+        self.auth = BasicAuth(web.users if web is not None else {})
         self.limited = LogLimiter(log, 60.0)
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
         self._thread: threading.Thread | None = None
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        """With TLS, the handshake runs here, on the request's own thread."""
+        if self.tls is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(_Handler.timeout)
+        try:
+            conn = self.tls.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError) as exc:
+            self.limited.log("tls", logging.WARNING, "TLS handshake with %s failed: %s",
+                             client_address[0], exc)
+            return
+        try:
+            super().finish_request(conn, client_address)
+        finally:
+            with contextlib.suppress(OSError):
+                conn.close()
 
     @property
     def port(self) -> int:
