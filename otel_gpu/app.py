@@ -222,7 +222,6 @@ class Collector:
         otlp_reader = None
         if "otlp" in self.exporters:
             settings = otlp_settings(config)
-            otlp.build_exporter(settings, environ)  # fail fast on a bad setting
             otlp_reader = lambda: otlp.build_reader(settings, resource, environ)  # noqa: E731
 
         def new_telemetry() -> Telemetry:
@@ -230,7 +229,7 @@ class Collector:
                              prometheus=prometheus_otel, otlp_reader=otlp_reader)
 
         self._new_telemetry = new_telemetry
-        self.telemetry = new_telemetry()
+        self.telemetry = new_telemetry()  # a bad OTLP setting fails here, at start-up
         self.churn = PodChurn()
         self.rebuilds = 0
         self.cache: RenderCache | None = None

@@ -1,8 +1,9 @@
 """The attribution stage: joins each new snapshot with the kubelet's latest answer.
 
-It runs on the sampler thread right after a sample, so instrument callbacks
-find the pods already attached to the snapshot they read and never touch the
-kubelet, sysfs, or the join itself.
+It runs when a sample is taken and when the kubelet's answer changes (on
+those threads, never on a scrape), so instrument callbacks find the pods
+already attached to the snapshot they read and never touch the kubelet,
+sysfs, or the join itself.
 """
 
 from __future__ import annotations
