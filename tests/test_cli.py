@@ -252,3 +252,14 @@ def test_otel_sdk_disabled_is_honoured_and_said(collector):
     assert "hw_power_watts" not in text and "target_info" not in text
     assert "OTEL_SDK_DISABLED=true" in proc.log
     assert proc.get("/readyz")[0] == 200
+
+
+def test_json_logs_are_one_object_per_line():
+    import json
+
+    code, out, err = run_cli("check", "--simulate", "t4", "--log-format", "json",
+                             "--pod-attribution", "false")
+    assert code == 0, err
+    records = [json.loads(line) for line in err.splitlines() if line.strip()]
+    assert records and {"time", "level", "logger", "message"} <= set(records[0])
+    assert any("simulating NVML" in r["message"] for r in records)
