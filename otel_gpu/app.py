@@ -307,6 +307,9 @@ class Collector:
         self.server.stop()
         if self.enricher is not None:
             self.enricher.watcher.stop()
-        self.sampler_thread.stop(timeout=0.5)
+        sampler_stopped = self.sampler_thread.stop(timeout=0.5)
         self.telemetry.shutdown(final_export_s)
-        self.nvml.shutdown()
+        if sampler_stopped:  # never pull the library out from under a call still running
+            self.nvml.shutdown()
+        else:
+            log.warning("an NVML call is still running; exiting without nvmlShutdown")

@@ -517,10 +517,12 @@ class SamplerThread:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self, timeout: float = 2.0) -> None:
+    def stop(self, timeout: float = 2.0) -> bool:
+        """Whether the thread has ended (False: still inside an NVML call)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     def _run(self) -> None:
         failures = 0
