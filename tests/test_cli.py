@@ -184,6 +184,7 @@ def test_slow_driver_shows_as_age_not_as_a_hung_scrape(collector, tmp_path):
                what="the sample age to grow")
     code, elapsed = proc.stop()
     assert elapsed < 5.0, "a stuck NVML call must not block shutdown"
+    assert "exiting without nvmlShutdown" in proc.log
 
 
 def test_no_driver_exits_2_with_one_line():
