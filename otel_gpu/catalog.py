@@ -206,6 +206,7 @@ HW_MODEL = "hw.model"
 HW_PARENT = "hw.parent"
 HW_TYPE = "hw.type"
 HW_DRIVER_VERSION = "hw.driver_version"
+HW_SERIAL = "hw.serial_number"
 HW_STATE = "hw.state"
 GPU_INDEX = "nvidia.gpu.index"
 PCI_BUS_ID = "nvidia.gpu.pci_bus_id"
@@ -228,6 +229,7 @@ DEVICE_ATTRIBUTES: tuple[tuple[str, str], ...] = (
     (HW_NAME, "NVML name of this device; a MIG instance's names its profile"),
     (HW_PARENT, "MIG instances only: the UUID of the GPU they are carved from"),
     (HW_DRIVER_VERSION, "NVIDIA driver version"),
+    (HW_SERIAL, "board serial number, when NVML reports one (GPUs only)"),
     (GPU_INDEX, "NVML index of the GPU (of the parent GPU for a MIG instance)"),
     (PCI_BUS_ID, "PCI bus id as NVML writes it, e.g. `00000000:18:00.0`"),
     (MIG_PROFILE, "MIG instances only: profile, e.g. `1g.10gb`"),

@@ -28,6 +28,7 @@ from otel_gpu.catalog import (
     HW_MODEL,
     HW_NAME,
     HW_PARENT,
+    HW_SERIAL,
     HW_TYPE,
     HW_VENDOR,
     K8S_CONTAINER,
@@ -111,6 +112,8 @@ def device_attributes(device: Device, driver_version: str | None) -> dict[str, s
         attrs[HW_DRIVER_VERSION] = driver_version
     if device.numa_node is not None:
         attrs[NUMA_NODE] = device.numa_node
+    if device.serial:
+        attrs[HW_SERIAL] = device.serial
     if device.is_mig:
         attrs[HW_PARENT] = device.parent_uuid or ""
         if device.mig_profile:

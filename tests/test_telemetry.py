@@ -11,7 +11,7 @@ from otel_gpu.snapshot import FAILED, OK, Device, DeviceSample, Snapshot
 from otel_gpu.telemetry import build_meter_provider, build_resource, device_attributes
 
 GPU = Device("GPU-aaaa", 0, "NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "00000000:18:00.0",
-             minor_number=0)
+             minor_number=0, serial="1654922000001")
 MIG = Device("MIG-bbbb", 1, "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "NVIDIA A100-SXM4-40GB",
              "00000000:3B:00.0", parent_uuid="GPU-cccc", gpu_instance_id=13,
              compute_instance_id=0, mig_profile="1g.5gb")
@@ -73,7 +73,7 @@ def test_device_attributes():
         "hw.id": "GPU-aaaa", "hw.type": "gpu", "hw.vendor": "NVIDIA",
         "hw.model": "NVIDIA H100 80GB HBM3", "hw.name": "NVIDIA H100 80GB HBM3",
         "nvidia.gpu.index": 0, "nvidia.gpu.pci_bus_id": "00000000:18:00.0",
-        "hw.driver_version": "550.90.07",
+        "hw.driver_version": "550.90.07", "hw.serial_number": "1654922000001",
     }
     mig = device_attributes(MIG, None)
     assert mig["hw.parent"] == "GPU-cccc"

@@ -481,7 +481,7 @@ class SnapshotStore:
             self._cond.notify_all()
 
     def wait_for(self, seq: int, timeout: float) -> Snapshot | None:
-        """Block until a snapshot numbered ``seq`` or later exists (tests, ``check``)."""
+        """Block until a snapshot numbered ``seq`` or later exists (for tests)."""
         with self._cond:
             self._cond.wait_for(
                 lambda: self._latest is not None and self._latest.seq >= seq, timeout
