@@ -3,20 +3,28 @@
 A collector that logs the same NVML or kubelet failure every ten seconds on
 every node buries the line that matters at 3 a.m.; these helpers make the
 first occurrence loud and the repeats cheap.
+
+Library messages (the OpenTelemetry SDK's, gRPC's) pass at most once a minute
+per message template. The internal variable ``_OTEL_GPU_LIBRARY_LOG_WINDOW``
+(seconds) shortens that window; it exists so that tests can cover many windows
+in a few seconds, and is not a setting.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 
 LEVELS = ("debug", "info", "warning", "error")
 FORMATS = ("text", "json")
+LIBRARY_WINDOW_S = 60.0
+LIBRARY_WINDOW_ENV = "_OTEL_GPU_LIBRARY_LOG_WINDOW"
 
 
 class _JsonFormatter(logging.Formatter):
@@ -35,13 +43,13 @@ class _JsonFormatter(logging.Formatter):
 
 
 class _LibraryRateLimit(logging.Filter):
-    """Lets each library message template through once a minute, with a count of repeats.
+    """Lets each library message template through once per window, with a count of repeats.
 
     The OpenTelemetry SDK logs every failed export; with the backend down that
     is a line per export interval forever.
     """
 
-    def __init__(self, prefixes: tuple[str, ...], every: float = 60.0,
+    def __init__(self, prefixes: tuple[str, ...], every: float = LIBRARY_WINDOW_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
         self._prefixes = prefixes
@@ -69,8 +77,25 @@ class _LibraryRateLimit(logging.Filter):
         return True
 
 
-def configure(level: str = "info", fmt: str = "text", stream=None) -> None:
-    """Route the ``otel_gpu`` loggers (and warnings from libraries) to stderr."""
+def library_window(environ: Mapping[str, str] | None = None) -> float:
+    """Seconds between two lines of one library message: ``$_OTEL_GPU_LIBRARY_LOG_WINDOW``
+    when it is a positive number, else a minute."""
+    raw = (os.environ if environ is None else environ).get(LIBRARY_WINDOW_ENV, "")
+    try:
+        seconds = float(raw)
+    except ValueError:
+        return LIBRARY_WINDOW_S
+    return seconds if seconds > 0 else LIBRARY_WINDOW_S
+
+
+def configure(
+    level: str = "info", fmt: str = "text", stream=None, *, library_every: float | None = None
+) -> None:
+    """Route the ``otel_gpu`` loggers (and warnings from libraries) to stderr.
+
+    Library messages are rate-limited per template, once per ``library_every``
+    seconds (default: :func:`library_window`).
+    """
     handler = logging.StreamHandler(stream or sys.stderr)
     if fmt == "json":
         formatter: logging.Formatter = _JsonFormatter()
@@ -78,7 +103,8 @@ def configure(level: str = "info", fmt: str = "text", stream=None) -> None:
         formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     formatter.converter = time.gmtime
     handler.setFormatter(formatter)
-    handler.addFilter(_LibraryRateLimit(("opentelemetry", "grpc")))
+    every = library_window() if library_every is None else library_every
+    handler.addFilter(_LibraryRateLimit(("opentelemetry", "grpc"), every))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
@@ -150,8 +176,3 @@ class LogLimiter:
         self._seen[key] = [now, 0]
         while len(self._seen) > self._max_keys:
             self._seen.popitem(last=False)
-
-    def forget(self, key: Hashable) -> None:
-        """Let the next line for ``key`` through (e.g. after a recovery)."""
-        with self._lock:
-            self._seen.pop(key, None)

@@ -17,9 +17,40 @@ import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-import pynvml
-
-from otel_gpu.snapshot import FAILED, STATES, DeviceSample, Snapshot
+from otel_gpu.nvml.sources import (
+    CLOCK_GRAPHICS,
+    CLOCK_MEM,
+    CLOCK_REASONS,
+    CLOCK_SM,
+    ECC_CORRECTED,
+    ECC_UNCORRECTED,
+    ENERGY,
+    FAN,
+    MEM_FREE,
+    MEM_RESERVED,
+    MEM_TOTAL,
+    MEM_USED,
+    NVLINK_RX,
+    NVLINK_TX,
+    PCIE_REPLAY,
+    PCIE_RX,
+    PCIE_TX,
+    POWER,
+    PROCESSES,
+    REMAP_COR,
+    REMAP_FAILURE,
+    REMAP_PENDING,
+    REMAP_UNC,
+    TEMP_GPU,
+    TEMP_MEM,
+    THROTTLE_REASONS,
+    UTIL_DEC,
+    UTIL_ENC,
+    UTIL_GPU,
+    UTIL_MEM,
+    Source,
+)
+from otel_gpu.snapshot import FAILED, STATES, DeviceSample, PodRef, Snapshot
 
 
 class Kind(str, enum.Enum):
@@ -28,24 +59,6 @@ class Kind(str, enum.Enum):
     GAUGE = "gauge"
     COUNTER = "counter"
     UPDOWNCOUNTER = "updowncounter"
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where one raw value comes from in NVML.
-
-    A source with ``field_id`` is read with every other field of the device in
-    one batched ``nvmlDeviceGetFieldValues`` call; the others are read by the
-    sampler's reader named ``reader`` (one NVML call serves all of its keys).
-    """
-
-    key: str
-    nvml: str
-    """Human-readable NVML origin, for the docs."""
-    unit: str
-    """NVML's own unit for the raw value."""
-    field_id: int | None = None
-    reader: str | None = None
 
 
 @dataclass(frozen=True)
@@ -150,54 +163,6 @@ class Metric:
         return "; ".join(parts)
 
 
-def _field(key: str, name: str, unit: str) -> Source:
-    field_id = getattr(pynvml, "NVML_FI_DEV_" + name)
-    return Source(key, f"field NVML_FI_DEV_{name}", unit, field_id=field_id)
-
-
-# --- NVML sources -----------------------------------------------------------
-
-MEM_TOTAL = Source("memory.total", "nvmlDeviceGetMemoryInfo_v2 .total", "By", reader="memory")
-MEM_USED = Source("memory.used", "nvmlDeviceGetMemoryInfo_v2 .used", "By", reader="memory")
-MEM_FREE = Source("memory.free", "nvmlDeviceGetMemoryInfo_v2 .free", "By", reader="memory")
-MEM_RESERVED = Source(
-    "memory.reserved", "nvmlDeviceGetMemoryInfo_v2 .reserved", "By", reader="memory"
-)
-UTIL_GPU = Source("util.gpu", "nvmlDeviceGetUtilizationRates .gpu", "%", reader="utilization")
-UTIL_MEM = Source(
-    "util.memory", "nvmlDeviceGetUtilizationRates .memory", "%", reader="utilization"
-)
-UTIL_ENC = Source("util.encoder", "nvmlDeviceGetEncoderUtilization", "%", reader="encoder")
-UTIL_DEC = Source("util.decoder", "nvmlDeviceGetDecoderUtilization", "%", reader="decoder")
-TEMP_GPU = Source("temp.gpu", "nvmlDeviceGetTemperatureV(GPU)", "Cel", reader="temperature")
-POWER = Source("power", "nvmlDeviceGetPowerUsage", "mW", reader="power")
-CLOCK_GRAPHICS = Source(
-    "clock.graphics", "nvmlDeviceGetClockInfo(GRAPHICS)", "MHz", reader="clock.graphics"
-)
-CLOCK_SM = Source("clock.sm", "nvmlDeviceGetClockInfo(SM)", "MHz", reader="clock.sm")
-CLOCK_MEM = Source("clock.memory", "nvmlDeviceGetClockInfo(MEM)", "MHz", reader="clock.memory")
-CLOCK_REASONS = Source(
-    "clock.reasons", "nvmlDeviceGetCurrentClocksEventReasons", "bitmask", reader="clock_reasons"
-)
-FAN = Source("fan", "nvmlDeviceGetFanSpeed", "%", reader="fan")
-PROCESSES = Source(
-    "processes", "nvmlDeviceGetComputeRunningProcesses (count)", "{process}", reader="processes"
-)
-ENERGY = _field("energy", "TOTAL_ENERGY_CONSUMPTION", "mJ")
-TEMP_MEM = _field("temp.memory", "MEMORY_TEMP", "Cel")
-PCIE_TX = _field("pcie.tx", "PCIE_COUNT_TX_BYTES", "By")
-PCIE_RX = _field("pcie.rx", "PCIE_COUNT_RX_BYTES", "By")
-PCIE_REPLAY = _field("pcie.replay", "PCIE_REPLAY_COUNTER", "{replay}")
-# Read with scope 0, which NVML reports as the device's total over its links.
-NVLINK_TX = _field("nvlink.tx", "NVLINK_THROUGHPUT_DATA_TX", "KiB")
-NVLINK_RX = _field("nvlink.rx", "NVLINK_THROUGHPUT_DATA_RX", "KiB")
-ECC_CORRECTED = _field("ecc.corrected", "ECC_SBE_VOL_TOTAL", "{error}")
-ECC_UNCORRECTED = _field("ecc.uncorrected", "ECC_DBE_VOL_TOTAL", "{error}")
-REMAP_COR = _field("remap.corrected", "REMAPPED_COR", "{row}")
-REMAP_UNC = _field("remap.uncorrected", "REMAPPED_UNC", "{row}")
-REMAP_PENDING = _field("remap.pending", "REMAPPED_PENDING", "1")
-REMAP_FAILURE = _field("remap.failure", "REMAPPED_FAILURE", "1")
-
 # Attribute names. The hw.* ones are OpenTelemetry's; the others are ours.
 HW_ID = "hw.id"
 HW_NAME = "hw.name"
@@ -280,15 +245,14 @@ def _devices(snapshot: Snapshot, now: float) -> Iterable[Observation]:
         yield float(count), {HW_STATE: state}
 
 
-def _holder(pod: str, namespace: str, container: str) -> dict[str, str]:
-    return {K8S_POD: pod, K8S_NAMESPACE: namespace, K8S_CONTAINER: container}
+def pod_labels(ref: PodRef) -> dict[str, str]:
+    """A container's attributes under the OpenTelemetry Kubernetes conventions."""
+    return {K8S_POD: ref.pod, K8S_NAMESPACE: ref.namespace, K8S_CONTAINER: ref.container}
 
 
 def _allocations(snapshot: Snapshot, now: float) -> Iterable[Observation]:
-    if snapshot.pods is None:
-        return
-    for row in snapshot.pods.attribution.allocations():
-        attrs = {HW_ID: row.uuid, **_holder(row.pod, row.namespace, row.container),
+    for row in snapshot.allocations():
+        attrs = {HW_ID: row.uuid, **pod_labels(PodRef(row.pod, row.namespace, row.container)),
                  K8S_RESOURCE: row.resource_name}
         if row.replica is not None:
             attrs[REPLICA] = str(row.replica)
@@ -314,13 +278,14 @@ def _numa_alignment(snapshot: Snapshot, now: float) -> Iterable[Observation]:
     if snapshot.pods is None:
         return
     for row in snapshot.pods.attribution.numa_alignment():
-        yield row.fraction, {HW_ID: row.uuid, **_holder(row.pod, row.namespace, row.container)}
+        ref = PodRef(row.pod, row.namespace, row.container)
+        yield row.fraction, {HW_ID: row.uuid, **pod_labels(ref)}
 
 
 def _kubelet_requests(snapshot: Snapshot, now: float) -> Iterable[Observation]:
-    if snapshot.pods is None or snapshot.pods.stats is None:
+    if snapshot.pods is None or snapshot.pods.kubelet is None:
         return
-    for (rpc, code), count in sorted(snapshot.pods.stats.requests.items()):
+    for (rpc, code), count in sorted(snapshot.pods.kubelet.requests.items()):
         yield float(count), {"rpc.method": rpc, "rpc.grpc.status_code": code}
 
 
@@ -331,7 +296,7 @@ def _mapping_age(snapshot: Snapshot, now: float) -> Iterable[Observation]:
 
 def _attributed_pods(snapshot: Snapshot, now: float) -> Iterable[Observation]:
     if snapshot.pods is not None:
-        rows = snapshot.pods.attribution.allocations()
+        rows = snapshot.allocations()
         yield float(len({(r.namespace, r.pod) for r in rows})), {}
 
 
@@ -339,18 +304,6 @@ def _attributed_devices(snapshot: Snapshot, now: float) -> Iterable[Observation]
     if snapshot.pods is not None:
         yield float(len(snapshot.pods.attribution.attributed_uuids())), {}
 
-
-_REASONS = (
-    ("gpu_idle", pynvml.nvmlClocksEventReasonGpuIdle),
-    ("applications_clocks_setting", pynvml.nvmlClocksEventReasonApplicationsClocksSetting),
-    ("sw_power_cap", pynvml.nvmlClocksEventReasonSwPowerCap),
-    ("hw_slowdown", pynvml.nvmlClocksEventReasonHwSlowdown),
-    ("sync_boost", pynvml.nvmlClocksEventReasonSyncBoost),
-    ("sw_thermal_slowdown", pynvml.nvmlClocksEventReasonSwThermalSlowdown),
-    ("hw_thermal_slowdown", pynvml.nvmlClocksEventReasonHwThermalSlowdown),
-    ("hw_power_brake_slowdown", pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown),
-    ("display_clock_setting", pynvml.nvmlClocksEventReasonDisplayClockSetting),
-)
 
 CATALOG: tuple[Metric, ...] = (
     # OpenTelemetry hardware semantic conventions
@@ -467,7 +420,7 @@ CATALOG: tuple[Metric, ...] = (
         "1 while the given reason holds the clocks down, else 0.",
         points=tuple(
             Point(CLOCK_REASONS, {"nvidia.gpu.throttle.reason": name}, bit=bit)
-            for name, bit in _REASONS
+            for name, bit in THROTTLE_REASONS
         ),
     ),
     Metric(

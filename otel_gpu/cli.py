@@ -18,6 +18,7 @@ from typing import NoReturn
 from otel_gpu import __version__
 from otel_gpu._log import configure as configure_logging
 from otel_gpu.config import CONFIG_ENV, OPTIONS, Config, ConfigError, load
+from otel_gpu.errors import SetupError
 
 log = logging.getLogger("otel_gpu")
 
@@ -37,30 +38,13 @@ def _die(message: str) -> NoReturn:
     raise SystemExit(EXIT_USAGE)
 
 
-_METAVARS = {
-    "listen": "HOST:PORT", "interval": "SECONDS", "simulate": "PROFILE|FILE",
-    "pod_attribution": "true|false", "kubelet_socket": "PATH", "kubelet_resource_names": "NAMES",
-    "sysfs_root": "DIR", "node_name": "NAME", "kubelet_interval": "SECONDS",
-    "kubelet_timeout": "SECONDS", "kubelet_grace_period": "SECONDS", "exporters": "LIST",
-    "pod_identity": "resource|attributes", "otlp_endpoint": "URL",
-    "otlp_protocol": "grpc|http/protobuf", "otlp_headers_file": "FILE",
-    "otlp_insecure": "true|false", "otlp_certificate": "FILE", "otlp_client_certificate": "FILE",
-    "otlp_client_key": "FILE", "otlp_compression": "gzip|none", "otlp_timeout": "SECONDS",
-    "otlp_interval": "SECONDS", "otlp_temporality": "cumulative|delta",
-    "naming": "PROFILES", "collectors": "CSV", "dcgm_hostname_label": "Hostname|hostname",
-    "dcgm_shared_gpu_copies": "true|false", "web_config_file": "FILE",
-}
-
-
 def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
     default = argparse.SUPPRESS if suppress else None
     parser.add_argument("--config", metavar="FILE", default=default,
                         help=f"YAML configuration file (also ${CONFIG_ENV})")
     for option in OPTIONS:
-        metavar = _METAVARS.get(option.key, option.key.split("_")[-1].upper())
-        flags = ("-f", option.flag) if option.key == "collectors" else (option.flag,)
         parser.add_argument(
-            *flags, dest=option.key, metavar=metavar, default=default,
+            *option.flags, dest=option.key, metavar=option.metavar, default=default,
             help=f"{option.help} (${option.env}; default {option.default})",
         )
 
@@ -93,13 +77,12 @@ def _config(args: argparse.Namespace) -> Config:
 
 def _open_nvml(config: Config):
     from otel_gpu.app import open_nvml
-    from otel_gpu.nvml.fake import ScenarioError
     from otel_gpu.nvml.library import NvmlUnavailable
 
     try:
         nvml = open_nvml(config.simulate)
         nvml.init()
-    except ScenarioError as exc:
+    except SetupError as exc:
         _die(str(exc))
     except NvmlUnavailable as exc:
         _die(
@@ -110,15 +93,12 @@ def _open_nvml(config: Config):
 
 
 def serve(config: Config) -> int:
-    from otel_gpu.app import Collector
-    from otel_gpu.exporters.otlp import OtlpSetupError
-    from otel_gpu.exporters.webconfig import WebConfigError
-    from otel_gpu.naming.dcgm import CollectorsError
+    from otel_gpu.app import Service
 
     nvml = _open_nvml(config)
     try:
-        collector = Collector(config, nvml)
-    except (OtlpSetupError, CollectorsError, WebConfigError) as exc:
+        service = Service(config, nvml)
+    except SetupError as exc:
         _die(str(exc))
     except OSError as exc:
         host, port = config.listen
@@ -131,32 +111,21 @@ def serve(config: Config) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    collector.start()
+    service.start()
     while not stop.wait(3600):
         pass
     finished = threading.Event()
-    threading.Thread(target=lambda: (collector.stop(), finished.set()), daemon=True).start()
+    threading.Thread(target=lambda: (service.stop(), finished.set()), daemon=True).start()
     if not finished.wait(STOP_DEADLINE_S - 0.5):
         log.warning("shutdown did not finish in time; exiting anyway")
     return EXIT_OK
 
 
 def check(config: Config) -> int:
+    from otel_gpu.app import sample_once
     from otel_gpu.catalog import CATALOG, device_observations
-    from otel_gpu.nvml.sampler import Sampler
 
-    nvml = _open_nvml(config)
-    try:
-        snapshot = Sampler(nvml).sample()
-    finally:
-        nvml.shutdown()
-    if config.pod_attribution:
-        from otel_gpu.app import pod_enricher
-
-        enrich = pod_enricher(config)
-        if enrich.watcher.poll_once():
-            snapshot = enrich(snapshot)
-        enrich.watcher.stop()
+    snapshot = sample_once(config, _open_nvml(config))
     print(f"driver {snapshot.driver_version or 'unknown'}; "
           f"{len(snapshot.devices)} device(s); sample took {snapshot.duration * 1000:.0f} ms")
     for problem in snapshot.errors:

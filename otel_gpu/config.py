@@ -1,29 +1,32 @@
 """Configuration: defaults <- YAML file <- ``OTEL_GPU_*`` variables <- flags.
 
-:data:`OPTIONS` is the one list of settings: the CLI flags, the environment
-variable names, the config file keys and ``config/otel-gpu.yaml`` all come
-from it. Every bad value becomes one :class:`ConfigError` whose message
-names the setting, where it came from, and what is wrong.
+:data:`OPTIONS` is the one list of settings, one row each: the CLI flags and
+their help, the environment variable names, the config file keys, the fields
+of :class:`Config` (and of the OTLP exporter's settings) all come from it, and
+``config/otel-gpu.yaml`` is checked against it. Adding a setting is adding a
+row. Every bad value becomes one :class:`ConfigError` whose message names the
+setting, where it came from, and what is wrong.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, make_dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from otel_gpu._log import FORMATS, LEVELS
+from otel_gpu.errors import SetupError
 
 ENV_PREFIX = "OTEL_GPU_"
 CONFIG_ENV = ENV_PREFIX + "CONFIG"
 
 
-class ConfigError(ValueError):
+class ConfigError(SetupError):
     """A bad setting; ``str()`` is one line fit to print before exiting 2."""
 
 
@@ -132,122 +135,136 @@ def _optional_text(value: Any) -> str | None:
 
 @dataclass(frozen=True)
 class Option:
+    """One setting: its config file key, and everything derived from it.
+
+    ``type`` is the type of the parsed value (the annotation of the
+    :class:`Config` field); ``default`` is the raw default, parsed like any
+    other value; ``metavar`` names the value in ``--help``; ``short`` is an
+    extra short flag, if any.
+    """
+
     key: str
+    type: Any
     default: Any
     parse: Callable[[Any], Any]
+    metavar: str
     help: str
+    short: str | None = None
 
     @property
     def flag(self) -> str:
         return "--" + self.key.replace("_", "-")
 
     @property
+    def flags(self) -> tuple[str, ...]:
+        return (self.short, self.flag) if self.short else (self.flag,)
+
+    @property
     def env(self) -> str:
         return ENV_PREFIX + self.key.upper()
 
+    @property
+    def value(self) -> Any:
+        """The default, parsed (``None`` stays ``None``: not set)."""
+        return self.parse(self.default) if self.default is not None else None
+
+
+_SECONDS = "SECONDS"
+_BOOL = "true|false"
 
 OPTIONS: tuple[Option, ...] = (
-    Option("listen", "0.0.0.0:9400", parse_listen,
+    Option("listen", tuple[str, int], "0.0.0.0:9400", parse_listen, "HOST:PORT",
            "address of the Prometheus endpoint (/metrics, /healthz, /readyz)"),
-    Option("web_config_file", None, _optional_text,
+    Option("web_config_file", str | None, None, _optional_text, "FILE",
            "TLS and basic auth for the endpoint: a Prometheus exporter web config file "
            "(tls_server_config, basic_auth_users)"),
-    Option("interval", "10s", parse_duration,
+    Option("interval", float, "10s", parse_duration, _SECONDS,
            "how often NVML is sampled; scrapes in between are served from the last sample"),
-    Option("simulate", None, _optional_text,
+    Option("simulate", str | None, None, _optional_text, "PROFILE|FILE",
            "run against a simulated driver: a built-in profile (h100x8, a100-mig, t4) or a "
            "scenario YAML file"),
-    Option("node_name", None, _optional_text,
+    Option("node_name", str | None, None, _optional_text, "NAME",
            "Kubernetes node name for the k8s.node.name resource attribute "
            "(default: the NODE_NAME variable)"),
-    Option("pod_attribution", True, parse_bool,
+    Option("pod_attribution", bool, True, parse_bool, _BOOL,
            "attribute GPUs to pods through the kubelet Pod Resources API"),
-    Option("kubelet_socket", "/var/lib/kubelet/pod-resources/kubelet.sock", str,
+    Option("kubelet_socket", str, "/var/lib/kubelet/pod-resources/kubelet.sock", str, "PATH",
            "the kubelet Pod Resources socket (mount its directory, not the socket)"),
-    Option("kubelet_interval", "10s", parse_duration,
+    Option("kubelet_interval", float, "10s", parse_duration, _SECONDS,
            "how often the kubelet is asked which pod holds which device"),
-    Option("kubelet_timeout", "5s", parse_duration, "deadline of each kubelet request"),
-    Option("kubelet_grace_period", "60s", parse_duration,
+    Option("kubelet_timeout", float, "5s", parse_duration, _SECONDS,
+           "deadline of each kubelet request"),
+    Option("kubelet_grace_period", float, "60s", parse_duration, _SECONDS,
            "how long the last pod mapping is kept while the kubelet does not answer"),
-    Option("kubelet_resource_names", "", parse_list,
+    Option("kubelet_resource_names", tuple[str, ...], "", parse_list, "NAMES",
            "extra device plugin resource names to attribute, comma-separated, besides "
            "nvidia.com/gpu, nvidia.com/gpu.shared and nvidia.com/mig-*"),
-    Option("sysfs_root", "/", str,
+    Option("sysfs_root", str, "/", str, "DIR",
            "where the host's /sys is mounted (for NUMA placement), e.g. /host"),
-    Option("naming", "otel", parse_naming,
+    Option("naming", tuple[str, ...], "otel", parse_naming, "PROFILES",
            "names on the Prometheus endpoint: otel, dcgm (dcgm-exporter's), kubelet (the "
            "kubelet's pre-1.20 accelerator metrics), or several, comma-separated"),
-    Option("collectors", None, _optional_text,
-           "dcgm profile: a dcgm-exporter counters CSV file choosing the DCGM_FI_* fields"),
-    Option("dcgm_hostname_label", "Hostname", _choice(("Hostname", "hostname"), exact=True),
+    Option("collectors", str | None, None, _optional_text, "CSV",
+           "dcgm profile: a dcgm-exporter counters CSV file choosing the DCGM_FI_* fields",
+           short="-f"),
+    Option("dcgm_hostname_label", str, "Hostname",
+           _choice(("Hostname", "hostname"), exact=True), "Hostname|hostname",
            "dcgm profile: the host label's name (newer dcgm-exporter releases use hostname)"),
-    Option("dcgm_shared_gpu_copies", False, parse_bool,
+    Option("dcgm_shared_gpu_copies", bool, False, parse_bool, _BOOL,
            "dcgm profile: copy a time-sliced GPU's series once per pod, as dcgm-exporter "
            "does (sums over pods then count the GPU several times)"),
-    Option("exporters", None, parse_exporters,
+    Option("exporters", tuple[str, ...] | None, None, parse_exporters, "LIST",
            "prometheus, otlp, or both (comma-separated); default: prometheus, plus otlp "
            "when an OTLP endpoint is configured"),
-    Option("pod_identity", "resource", _choice(("resource", "attributes")),
+    Option("pod_identity", str, "resource", _choice(("resource", "attributes")),
+           "resource|attributes",
            "OTLP only: send each pod's series under a Resource naming the pod (resource), "
            "or keep pod identity as data point attributes (attributes)"),
-    Option("otlp_endpoint", None, _optional_text,
+    Option("otlp_endpoint", str | None, None, _optional_text, "URL",
            "OTLP endpoint (default: OTEL_EXPORTER_OTLP_[METRICS_]ENDPOINT)"),
-    Option("otlp_protocol", None, _optional(_choice(("grpc", "http/protobuf"))),
+    Option("otlp_protocol", str | None, None, _optional(_choice(("grpc", "http/protobuf"))),
+           "grpc|http/protobuf",
            "grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_[METRICS_]PROTOCOL, "
            "else http/protobuf)"),
-    Option("otlp_headers_file", None, _optional_text,
+    Option("otlp_headers_file", str | None, None, _optional_text, "FILE",
            "file of key=value headers sent with every export (e.g. a token from a Secret); "
            "added to OTEL_EXPORTER_OTLP_HEADERS"),
-    Option("otlp_insecure", None, _optional(parse_bool), "gRPC only: plaintext instead of TLS"),
-    Option("otlp_certificate", None, _optional_text, "CA bundle to verify the backend (PEM)"),
-    Option("otlp_client_certificate", None, _optional_text, "client certificate for mTLS (PEM)"),
-    Option("otlp_client_key", None, _optional_text, "client private key for mTLS (PEM)"),
-    Option("otlp_compression", None, _optional(_choice(("gzip", "none"))), "gzip or none"),
-    Option("otlp_timeout", None, _optional(parse_duration),
+    Option("otlp_insecure", bool | None, None, _optional(parse_bool), _BOOL,
+           "gRPC only: plaintext instead of TLS"),
+    Option("otlp_certificate", str | None, None, _optional_text, "FILE",
+           "CA bundle to verify the backend (PEM)"),
+    Option("otlp_client_certificate", str | None, None, _optional_text, "FILE",
+           "client certificate for mTLS (PEM)"),
+    Option("otlp_client_key", str | None, None, _optional_text, "FILE",
+           "client private key for mTLS (PEM)"),
+    Option("otlp_compression", str | None, None, _optional(_choice(("gzip", "none"))),
+           "gzip|none", "gzip or none"),
+    Option("otlp_timeout", float | None, None, _optional(parse_duration), _SECONDS,
            "deadline of one export, retries included (default: the OTEL_* variables, else 10s)"),
-    Option("otlp_interval", None, _optional(parse_duration),
+    Option("otlp_interval", float | None, None, _optional(parse_duration), _SECONDS,
            "how often metrics are pushed (default: OTEL_METRIC_EXPORT_INTERVAL, else 60s)"),
-    Option("otlp_temporality", None, _optional(_choice(("cumulative", "delta"))),
+    Option("otlp_temporality", str | None, None, _optional(_choice(("cumulative", "delta"))),
+           "cumulative|delta",
            "cumulative or delta (default: OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE, "
            "else cumulative)"),
-    Option("log_level", "info", _choice(LEVELS), "debug, info, warning or error"),
-    Option("log_format", "text", _choice(FORMATS), "text, or json for one JSON object per line"),
+    Option("log_level", str, "info", _choice(LEVELS), "LEVEL", "debug, info, warning or error"),
+    Option("log_format", str, "text", _choice(FORMATS), "text|json",
+           "text, or json for one JSON object per line"),
 )
 
 
-@dataclass(frozen=True)
-class Config:
-    listen: tuple[str, int]
-    web_config_file: str | None
-    interval: float
-    simulate: str | None
-    node_name: str | None
-    pod_attribution: bool
-    kubelet_socket: str
-    kubelet_interval: float
-    kubelet_timeout: float
-    kubelet_grace_period: float
-    kubelet_resource_names: tuple[str, ...]
-    sysfs_root: str
-    naming: tuple[str, ...]
-    collectors: str | None
-    dcgm_hostname_label: str
-    dcgm_shared_gpu_copies: bool
-    exporters: tuple[str, ...] | None
-    pod_identity: str
-    otlp_endpoint: str | None
-    otlp_protocol: str | None
-    otlp_headers_file: str | None
-    otlp_insecure: bool | None
-    otlp_certificate: str | None
-    otlp_client_certificate: str | None
-    otlp_client_key: str | None
-    otlp_compression: str | None
-    otlp_timeout: float | None
-    otlp_interval: float | None
-    otlp_temporality: str | None
-    log_level: str
-    log_format: str
+def config_class(options: Sequence[Option]) -> type:
+    """A frozen dataclass with one field per row of ``options``, typed by the row."""
+    cls = make_dataclass("Config", [(o.key, o.type) for o in options], frozen=True)
+    cls.__module__ = __name__
+    cls.__doc__ = (
+        "The merged settings: one read-only field per row of :data:`OPTIONS`, "
+        "holding the parsed value (``None``: not set)."
+    )
+    return cls
+
+
+Config = config_class(OPTIONS)
 
 
 def _read_file(path: str) -> dict[str, Any]:
@@ -304,5 +321,4 @@ def load(
             raise ConfigError(f"{option.key} (from {origin}): {exc}") from None
     if values["node_name"] is None:
         values["node_name"] = _optional_text(env.get("NODE_NAME"))
-    assert {f.name for f in fields(Config)} == set(values)
     return Config(**values)

@@ -2,8 +2,8 @@
 
 The sampler thread builds a :class:`Snapshot`; everything downstream (the
 instrument callbacks, the Prometheus render cache, attribution) only reads
-it. Nothing here talks to NVML, so the scrape path can never block on the
-driver.
+it. Nothing here talks to NVML or the kubelet, so the scrape path can never
+block on either; the types here are the whole contract between the stages.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import NamedTuple
 
 # Device states, as the OpenTelemetry ``hw.state`` attribute spells them.
 OK = "ok"
@@ -73,18 +73,199 @@ class DeviceSample:
     """Why the device is failed, when it is."""
 
 
-@dataclass(frozen=True)
-class PodView:
-    """Kubernetes attribution joined to one snapshot's devices.
+# --- what the attribution stage hands on -------------------------------------------
 
-    Typed loosely so this module stays free of gRPC: ``attribution`` is an
-    :class:`otel_gpu.k8s.attribution.Attribution`, ``stats`` a
-    :class:`otel_gpu.k8s.podresources.WatcherStats`.
+
+class PodRef(NamedTuple):
+    """A container, as series labels name it."""
+
+    pod: str
+    namespace: str
+    container: str
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A container holding a device. ``replica`` is the share number, if shared."""
+
+    pod: str
+    namespace: str
+    container: str
+    replica: int | None
+    resource_name: str
+    shared: bool = False
+    """Held through a shared id (replica, GKE vgpu, DRA share): never an owner."""
+
+    @property
+    def ref(self) -> PodRef:
+        return PodRef(self.pod, self.namespace, self.container)
+
+
+@dataclass(frozen=True)
+class AllocationRow:
+    """One row of the allocation metric (value 1)."""
+
+    uuid: str
+    pod: str
+    namespace: str
+    container: str
+    replica: int | None
+    resource_name: str
+
+
+@dataclass(frozen=True)
+class ResourceSummary:
+    """Allocated vs allocatable device ids of one resource name on this node.
+
+    ``allocatable`` is ``None`` when the kubelet did not say (v1alpha1,
+    GetAllocatableResources unavailable, or a DRA driver, which that RPC
+    does not cover). Shared ids count one each, as the kubelet counts them.
     """
 
-    attribution: Any
-    stats: Any
-    mapping_taken_monotonic: float | None
+    resource_name: str
+    allocated: int
+    allocatable: int | None
+
+
+@dataclass(frozen=True)
+class NumaAlignment:
+    """Share of a container's exclusive CPUs on the NUMA node(s) of its device."""
+
+    pod: str
+    namespace: str
+    container: str
+    uuid: str
+    numa_nodes: tuple[int, ...]
+    fraction: float
+
+
+@dataclass(frozen=True)
+class UnresolvedId:
+    """An allocated id that was skipped; the attribution stage logs each one once."""
+
+    resource_name: str
+    device_id: str
+    reason: str
+
+
+_NO_HOLDERS: tuple[Holder, ...] = ()
+
+
+class Attribution:
+    """Which containers hold which device: the join's result, immutable and thread-safe.
+
+    :meth:`series_pods` is the one rule for which pod labels a device's series
+    carry; :meth:`allocations` the one list of allocation rows. Every view of
+    the metrics (OpenTelemetry instruments, the dcgm and kubelet names, OTLP
+    Resources through the instruments' attributes) asks these two.
+    """
+
+    def __init__(
+        self,
+        holders: Mapping[str, tuple[Holder, ...]] = _EMPTY,
+        summary: tuple[ResourceSummary, ...] = (),
+        numa: Mapping[str, tuple[int, ...]] = _EMPTY,
+        alignment: tuple[NumaAlignment, ...] = (),
+        unresolved: tuple[UnresolvedId, ...] = (),
+    ) -> None:
+        self._holders = MappingProxyType(dict(holders))
+        self._owners = MappingProxyType(
+            {uuid: hs[0] for uuid, hs in holders.items() if len(hs) == 1 and not hs[0].shared}
+        )
+        rows = {
+            AllocationRow(uuid, h.pod, h.namespace, h.container, h.replica, h.resource_name)
+            for uuid, hs in holders.items()
+            for h in hs
+        }
+        self._rows = tuple(sorted(rows, key=_row_key))
+        self._summary = summary
+        self._numa = MappingProxyType(dict(numa))
+        self._alignment = alignment
+        self.unresolved: tuple[UnresolvedId, ...] = unresolved
+        """Allocated ids skipped (unknown format or no such device), distinct."""
+
+    def series_pods(self, uuid: str, *, per_sharer: bool = False) -> tuple[PodRef, ...]:
+        """The containers whose labels go on ``uuid``'s series, one copy of the series each.
+
+        A device held whole by one container gets that container. A shared or
+        free device gets none (its holders are in :meth:`allocations`), unless
+        ``per_sharer`` asks for one copy per distinct holding container, as
+        dcgm-exporter and the kubelet did.
+        """
+        owner = self._owners.get(uuid)
+        if owner is not None:
+            return (owner.ref,)
+        if not per_sharer:
+            return ()
+        return tuple(dict.fromkeys(h.ref for h in self._holders.get(uuid, _NO_HOLDERS)))
+
+    def allocations(self, uuid: str | None = None) -> tuple[AllocationRow, ...]:
+        """One row per (device uuid, pod, namespace, container, replica); all, or one device's."""
+        if uuid is None:
+            return self._rows
+        return tuple(r for r in self._rows if r.uuid == uuid)
+
+    def holders(self, uuid: str) -> tuple[Holder, ...]:
+        """Every container holding ``uuid`` (GPU or MIG), sorted; empty if none."""
+        return self._holders.get(uuid, _NO_HOLDERS)
+
+    def exclusive_owner(self, uuid: str) -> Holder | None:
+        """The one container holding ``uuid`` whole, or ``None``."""
+        return self._owners.get(uuid)
+
+    def attributed_uuids(self) -> frozenset[str]:
+        return frozenset(self._holders)
+
+    def summary(self) -> tuple[ResourceSummary, ...]:
+        """Allocated vs allocatable per resource name, sorted by name."""
+        return self._summary
+
+    def numa_nodes(self, uuid: str) -> tuple[int, ...]:
+        """NUMA node(s) of a device: API topology, else NVML, else sysfs."""
+        return self._numa.get(uuid, ())
+
+    def numa_node(self, uuid: str) -> int | None:
+        nodes = self._numa.get(uuid)
+        return nodes[0] if nodes else None
+
+    def numa_alignment(self) -> tuple[NumaAlignment, ...]:
+        """For containers with exclusive CPUs: how many sit on their GPU's node."""
+        return self._alignment
+
+    def __repr__(self) -> str:
+        return (
+            f"Attribution(devices={len(self._holders)}, rows={len(self._rows)}, "
+            f"unresolved={len(self.unresolved)})"
+        )
+
+
+def _row_key(row: AllocationRow) -> tuple:
+    replica = -1 if row.replica is None else row.replica
+    return (row.uuid, row.namespace, row.pod, row.container, replica, row.resource_name)
+
+
+@dataclass(frozen=True)
+class KubeletStats:
+    """Self-metrics of the kubelet poller, copied out under its short lock."""
+
+    requests: Mapping[tuple[str, str], int] = field(default_factory=lambda: _EMPTY)
+    """Calls made, by (rpc short name, gRPC status code name such as ``OK``)."""
+    last_success_monotonic: float | None = None
+    pods: int = 0
+    devices: int = 0
+    source: str | None = None
+    consecutive_failures: int = 0
+    socket_present: bool | None = None
+    """``None`` until the first poll."""
+
+
+@dataclass(frozen=True)
+class Pods:
+    """Kubernetes attribution joined to one snapshot's devices."""
+
+    attribution: Attribution
+    kubelet: KubeletStats | None = None
+    mapping_taken_monotonic: float | None = None
     """When the kubelet answered the List this attribution comes from."""
 
 
@@ -105,8 +286,20 @@ class Snapshot:
     """NVML calls made since start, including this sample's."""
     errors: tuple[str, ...] = field(default=())
     """Problems worth showing in ``check`` and ``/readyz``."""
-    pods: PodView | None = None
+    pods: Pods | None = None
     """Set when Kubernetes pod attribution is on."""
 
     def healthy_devices(self) -> int:
         return sum(1 for d in self.devices if d.state != FAILED)
+
+    def series_pods(self, uuid: str, *, per_sharer: bool = False) -> tuple[PodRef, ...]:
+        """See :meth:`Attribution.series_pods`; none without Kubernetes attribution."""
+        if self.pods is None:
+            return ()
+        return self.pods.attribution.series_pods(uuid, per_sharer=per_sharer)
+
+    def allocations(self, uuid: str | None = None) -> tuple[AllocationRow, ...]:
+        """See :meth:`Attribution.allocations`; none without Kubernetes attribution."""
+        if self.pods is None:
+            return ()
+        return self.pods.attribution.allocations(uuid)

@@ -1,4 +1,4 @@
-"""OpenTelemetry wiring: the Resource, the MeterProvider, and one instrument per catalog row.
+"""The instrument stage: the Resource, the MeterProvider, one instrument per catalog row.
 
 Every instrument is an observable one whose callback reads the latest
 snapshot from the store. A callback never calls NVML or the kubelet: each
@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -31,9 +32,6 @@ from otel_gpu.catalog import (
     HW_SERIAL,
     HW_TYPE,
     HW_VENDOR,
-    K8S_CONTAINER,
-    K8S_NAMESPACE,
-    K8S_POD,
     MIG_CI,
     MIG_GI,
     MIG_PROFILE,
@@ -42,6 +40,7 @@ from otel_gpu.catalog import (
     Kind,
     Metric,
     device_observations,
+    pod_labels,
 )
 from otel_gpu.snapshot import Device, Snapshot
 
@@ -84,16 +83,12 @@ def pod_attributes(snapshot: Snapshot, device: Device) -> dict[str, str | int]:
     """The pod holding the device whole, and the device's NUMA node as the kubelet sees it."""
     if snapshot.pods is None:
         return {}
-    attribution = snapshot.pods.attribution
     attrs: dict[str, str | int] = {}
-    numa = attribution.numa_node(device.uuid)
+    numa = snapshot.pods.attribution.numa_node(device.uuid)
     if numa is not None:
         attrs[NUMA_NODE] = numa
-    owner = attribution.exclusive_owner(device.uuid)
-    if owner is not None:
-        attrs[K8S_POD] = owner.pod
-        attrs[K8S_NAMESPACE] = owner.namespace
-        attrs[K8S_CONTAINER] = owner.container
+    for ref in snapshot.series_pods(device.uuid):  # at most one: copies are a dcgm option
+        attrs.update(pod_labels(ref))
     return attrs
 
 
@@ -196,9 +191,71 @@ def build_meter_provider(
     latest: Callable[[], Snapshot | None],
     *,
     clock: Callable[[], float] = time.monotonic,
-) -> tuple[MeterProvider, Instruments]:
+    catalog: Sequence[Metric] = CATALOG,
+) -> MeterProvider:
     """A MeterProvider with the catalog's instruments registered on it."""
     provider = MeterProvider(metric_readers=list(readers), resource=resource)
     meter = provider.get_meter(SCOPE, __version__)
-    instruments = Instruments(meter, latest, clock=clock)
-    return provider, instruments
+    Instruments(meter, latest, catalog=catalog, clock=clock)
+    return provider
+
+
+Readers = Callable[[], "tuple[list[MetricReader], Callable[[], bytes] | None]"]
+"""Makes a fresh set of readers, and the Prometheus render function if one is among them."""
+
+
+class Telemetry:
+    """The MeterProvider and its readers, replaceable while scrapes and exports run.
+
+    :meth:`rebuild` swaps in a new provider (releasing every attribute set the
+    SDK kept, see :class:`otel_gpu.pipeline.PodChurn`); the swap and
+    :meth:`render` share a private lock, so no render runs on a provider being
+    retired, and the old one is shut down (its final OTLP export) on a
+    short-lived thread of its own.
+    """
+
+    def __init__(
+        self,
+        resource: Resource,
+        latest: Callable[[], Snapshot | None],
+        readers: Readers,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        catalog: Sequence[Metric] = CATALOG,
+    ) -> None:
+        self._resource = resource
+        self._latest = latest
+        self._readers = readers
+        self._clock = clock
+        self._catalog = catalog
+        self._lock = threading.Lock()
+        self._current = self._build()
+        self.rebuilds = 0
+
+    def _build(self) -> tuple[MeterProvider, Callable[[], bytes] | None]:
+        readers, render = self._readers()
+        provider = build_meter_provider(self._resource, readers, self._latest,
+                                        clock=self._clock, catalog=self._catalog)
+        return provider, render
+
+    def render(self) -> bytes:
+        """The Prometheus text of the OpenTelemetry instruments (empty without that reader)."""
+        with self._lock:
+            _, render = self._current
+            return render() if render is not None else b""
+
+    def rebuild(self) -> None:
+        new = self._build()
+        with self._lock:
+            (old, _), self._current = self._current, new
+        self.rebuilds += 1
+        log.info("pods came and went on this node: rebuilt the OpenTelemetry pipeline to "
+                 "release finished pods' series (rebuild %d)", self.rebuilds)
+        threading.Thread(target=old.shutdown, kwargs={"timeout_millis": 2500},
+                         name="otel-gpu-retire", daemon=True).start()
+
+    def shutdown(self, timeout_s: float) -> None:
+        """Shutting down makes the OTLP reader export once more: nothing is lost."""
+        with self._lock:
+            provider, _ = self._current
+        provider.shutdown(timeout_millis=timeout_s * 1000)

@@ -1,147 +1,19 @@
-"""Shared test helpers: the real otel-gpu process, HTTP reads, exposition parsing."""
+"""Fixtures shared by every test folder; the helpers they use live in ``tests.support``."""
 
 from __future__ import annotations
 
-import os
-import re
 import signal
-import subprocess
-import sys
-import threading
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterator
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-_SERVING = re.compile(r"serving metrics on https?://[^:]+:(\d+)/metrics")
-
-
-def wait_until(predicate: Callable[[], object], timeout: float = 15.0, what: str = "") -> object:
-    """Poll ``predicate`` until it returns something truthy, or fail at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
-        time.sleep(0.02)  # polling step, not a wait for an event
-
-
-def http_get(url: str, timeout: float = 10.0, headers: dict | None = None):
-    """(status, headers, body bytes); HTTP errors are answers, not exceptions."""
-    req = urllib.request.Request(url, headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, dict(resp.headers), resp.read()
-    except urllib.error.HTTPError as err:
-        return err.code, dict(err.headers), err.read()
-
-
-_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)(?: \d+)?$")
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
-
-
-def parse_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
-    """Samples exactly as written (a client library's parser renames counters)."""
-    out = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        match = _LINE.match(line)
-        assert match, f"not an exposition line: {line!r}"
-        name, labels, value = match.groups()
-        parsed = {
-            k: re.sub(r"\\.", lambda m: _UNESCAPE.get(m.group(0), m.group(0)), v)
-            for k, v in _LABEL.findall(labels or "")
-        }
-        out.append((name, parsed, float(value)))
-    return out
-
-
-def series(text: str, name: str, **labels: str) -> list[tuple[dict[str, str], float]]:
-    return [
-        (lab, value)
-        for n, lab, value in parse_samples(text)
-        if n == name and all(lab.get(k) == v for k, v in labels.items())
-    ]
-
-
-class CollectorProcess:
-    """The real ``otel-gpu`` process, started with ``python -m otel_gpu``."""
-
-    def __init__(self, args: Sequence[str], env: dict[str, str] | None = None) -> None:
-        full_env = dict(os.environ)
-        full_env.update(env or {})
-        full_env.setdefault("PYTHONUNBUFFERED", "1")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "otel_gpu", *args],
-            cwd=ROOT, env=full_env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-        self.port: int | None = None
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    @property
-    def log(self) -> str:
-        return "\n".join(self.lines)
-
-    def wait_serving(self, timeout: float = 20.0) -> int:
-        def found():
-            for line in self.lines:
-                match = _SERVING.search(line)
-                if match:
-                    return int(match.group(1))
-            if self.proc.poll() is not None:
-                raise AssertionError(f"otel-gpu exited {self.proc.returncode}:\n{self.log}")
-            return None
-
-        self.port = wait_until(found, timeout, "the serving log line")
-        return self.port
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def get(self, path: str, **kw):
-        return http_get(self.url(path), **kw)
-
-    def metrics(self) -> str:
-        status, _, body = self.get("/metrics")
-        assert status == 200, body
-        return body.decode()
-
-    def wait_sample(self, seq: int, timeout: float = 20.0) -> str:
-        """Wait until /metrics shows at least ``seq`` samples; return that body."""
-        def ready():
-            text = self.metrics()
-            done = series(text, "otel_gpu_samples_total")
-            return text if done and done[0][1] >= seq else None
-
-        return wait_until(ready, timeout, f"sample {seq}")
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> tuple[int, float]:
-        started = time.monotonic()
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = self.proc.wait()
-        self._reader.join(2)
-        return code, time.monotonic() - started
+from otel_gpu.snapshot import Device
+from tests.support.clock import FakeClock
+from tests.support.kubelet import FakeKubelet
+from tests.support.nvml import FakeNvmlInstaller
+from tests.support.otlp_receiver import OtlpReceiver
+from tests.support.process import CollectorProcess, serve_args
+from tests.support.snapshots import sample_node
 
 
 @pytest.fixture
@@ -151,9 +23,7 @@ def collector() -> Iterator[Callable[..., CollectorProcess]]:
 
     def start(*args: str, env: dict[str, str] | None = None, interval: str = "0.2",
               wait: bool = True) -> CollectorProcess:
-        proc = CollectorProcess(
-            ["serve", "--listen", "127.0.0.1:0", "--interval", interval, *args], env=env
-        )
+        proc = CollectorProcess(serve_args(*args, interval=interval), env=env)
         started.append(proc)
         if wait:
             proc.wait_serving()
@@ -164,12 +34,45 @@ def collector() -> Iterator[Callable[..., CollectorProcess]]:
         proc.stop(signal.SIGKILL)
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60.0):
-    """Run ``python -m otel_gpu ARGS`` to completion: (exit code, stdout, stderr)."""
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    done = subprocess.run(
-        [sys.executable, "-m", "otel_gpu", *args], cwd=ROOT, env=full_env,
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
-    )
-    return done.returncode, done.stdout, done.stderr
+@pytest.fixture
+def kubelet() -> Iterator[FakeKubelet]:
+    """A fake kubelet serving nothing yet, on its own short socket path."""
+    fake = FakeKubelet()
+    fake.start()
+    try:
+        yield fake
+    finally:
+        fake.close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[OtlpReceiver]:
+    """An OTLP receiver on free gRPC and HTTP ports, without TLS."""
+    rx = OtlpReceiver().start()
+    try:
+        yield rx
+    finally:
+        rx.stop()
+
+
+@pytest.fixture
+def fake_nvml(tmp_path) -> Iterator[FakeNvmlInstaller]:
+    """``fake_nvml(spec, sleep=..., init=...)`` puts a simulated driver under pynvml
+    (see ``tests.support.nvml``); it is taken away when the test ends.
+    """
+    installer = FakeNvmlInstaller(tmp_path)
+    try:
+        yield installer
+    finally:
+        installer.close()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def node_devices() -> tuple[Device, ...]:
+    """Three GPUs whose minor numbers differ from their NVML indexes; GPU1 in MIG mode."""
+    return sample_node()

@@ -10,22 +10,24 @@ import pytest
 from otel_gpu import _docs
 from otel_gpu.catalog import (
     CATALOG,
-    MEM_TOTAL,
-    MEM_USED,
     MHZ,
     PERCENT,
     Kind,
+    Metric,
     Point,
-    Source,
     all_sources,
     device_observations,
 )
-from otel_gpu.snapshot import FAILED, OK, Device, DeviceSample
+from otel_gpu.nvml.sources import MEM_TOTAL, MEM_USED, Reader, Source
+from otel_gpu.snapshot import FAILED, OK
+from tests.support.snapshots import sample
 
 ROOT = Path(__file__).resolve().parents[1]
 BY_NAME = {m.name: m for m in CATALOG}
 
-# dcgm-exporter's default fields (REFERENCE.md section 1), and where each lives here.
+# The DCGM_FI_DEV_* fields that dcgm-exporter's default-counters.csv enables (recent
+# releases; the DCGM_FI_PROF_* fields it also enables need DCGM's profiling module, which
+# NVML cannot stand in for), each with the catalog metric that carries the same reading.
 DCGM_DEFAULTS = {
     "DCGM_FI_DEV_SM_CLOCK": "nvidia.gpu.clock.frequency",
     "DCGM_FI_DEV_MEM_CLOCK": "nvidia.gpu.clock.frequency",
@@ -106,23 +108,23 @@ def test_sources_are_read_in_one_of_two_ways():
 
 
 def test_conversions():
+    r = Reader("r", lambda m, h: {})
     values = {"util.gpu": 45.0, "memory.used": 25.0, "memory.total": 100.0, "clock.sm": 1980.0,
               "bits": 0b101}
-    util = Source("util.gpu", "x", "%", reader="r")
+    util = Source("util.gpu", "x", "%", reader=r)
     assert Point(util, conversion=PERCENT).value(values) == pytest.approx(0.45)
     assert Point(MEM_USED, per=MEM_TOTAL).value(values) == 0.25
-    sm = Source("clock.sm", "x", "MHz", reader="r")
+    sm = Source("clock.sm", "x", "MHz", reader=r)
     assert Point(sm, conversion=MHZ).value(values) == 1.98e9
-    bits = Source("bits", "x", "bitmask", reader="r")
+    bits = Source("bits", "x", "bitmask", reader=r)
     assert Point(bits, bit=0b100).value(values) == 1.0
     assert Point(bits, bit=0b010).value(values) == 0.0
-    assert Point(Source("absent", "x", "1", reader="r")).value(values) is None
+    assert Point(Source("absent", "x", "1", reader=r)).value(values) is None
     assert Point(MEM_USED, per=MEM_TOTAL).value({"memory.used": 1.0, "memory.total": 0}) is None
 
 
 def _sample(state=OK, **values):
-    device = Device("GPU-1", 0, "NVIDIA H100", "NVIDIA H100", "00000000:18:00.0")
-    return DeviceSample(device=device, state=state, values=values)
+    return sample(state=state, values=values)
 
 
 def test_missing_values_are_omitted_not_zero():
@@ -166,3 +168,63 @@ def test_migration_guide_is_up_to_date():
     assert on_disk == _docs.migration(), (
         "docs/migration.md is stale: run `otel-gpu metrics --format migration > docs/migration.md`"
     )
+
+
+# --- a new metric is one catalog entry plus one fake function ---------------------------
+
+PSTATE = Source(
+    "pstate", "nvmlDeviceGetPerformanceState", "1",
+    reader=Reader("pstate", lambda m, h: {"pstate": m.nvmlDeviceGetPerformanceState(h)}),
+)
+TOY = Metric("test.gpu.performance_state", Kind.GAUGE, "1", "P-state, 0 (fastest) to 15.",
+             points=(Point(PSTATE),))
+
+
+def test_a_toy_metric_needs_one_entry_and_one_fake_function(fake_nvml):
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from otel_gpu import sim
+    from otel_gpu.nvml.library import Nvml
+    from otel_gpu.nvml.sampler import Sampler
+    from otel_gpu.telemetry import build_meter_provider, build_resource
+
+    class WithPState(sim.FakeNvml):  # the one fake function
+        @sim.c_symbol
+        def nvmlDeviceGetPerformanceState(self, handle, out):
+            target, _ = self.check_device("nvmlDeviceGetPerformanceState", handle)
+            sim.deref(out).value = 2 + target.gpu.index
+
+    catalog = (*CATALOG, TOY)  # the one entry
+    fake_nvml("t4", driver=WithPState)
+    nvml = Nvml()
+    nvml.init()
+    snapshot = Sampler(nvml, catalog).sample()
+    nvml.shutdown()
+    reader = InMemoryMetricReader()
+    provider = build_meter_provider(build_resource(environ={}), [reader],
+                                    lambda: snapshot, catalog=catalog)
+    points = {
+        dict(p.attributes)["nvidia.gpu.index"]: p.value
+        for rm in reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics for m in sm.metrics if m.name == TOY.name
+        for p in m.data.data_points
+    }
+    provider.shutdown()
+    assert points == {0: 2, 1: 3}
+    assert "nvmlDeviceGetPerformanceState" not in sim.FakeNvml.c_symbols()  # test-only
+    assert TOY not in CATALOG
+
+
+def test_the_catalog_knows_no_driver_binding():
+    """NVML specifics live under otel_gpu/nvml/; the catalog refers to their objects."""
+    import ast
+
+    import otel_gpu.catalog as module
+
+    tree = ast.parse(Path(module.__file__).read_text())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert not any(name and name.split(".")[0] == "pynvml" for name in imported)
+    for source in all_sources():
+        assert source.reader is None or callable(source.reader.read), source.key

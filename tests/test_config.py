@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import types
+import typing
 from pathlib import Path
 
 import pytest
 import yaml
 
-from otel_gpu.config import OPTIONS, ConfigError, load, parse_duration, parse_listen
+from otel_gpu import cli, config
+from otel_gpu.config import (
+    OPTIONS,
+    Config,
+    ConfigError,
+    Option,
+    load,
+    parse_duration,
+    parse_listen,
+)
+from otel_gpu.errors import SetupError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -111,3 +124,53 @@ def test_example_file_documents_every_option_with_its_default():
         assert option.env in text and option.flag in text, option.key
     # and the file itself loads as a configuration
     assert load({}, environ={}, config_file=str(path)) == load({}, environ={})
+
+
+def test_config_has_one_field_per_option_typed_by_its_row():
+    fields = dataclasses.fields(Config)
+    assert [f.name for f in fields] == [o.key for o in OPTIONS]
+    assert [f.type for f in fields] == [o.type for o in OPTIONS]
+    assert Config.__module__ == "otel_gpu.config" and Config.__doc__
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        load({}, environ={}).interval = 1.0  # type: ignore[misc]
+
+
+def _is(value, kind) -> bool:
+    if isinstance(kind, types.UnionType):
+        return any(_is(value, arm) for arm in typing.get_args(kind))
+    if kind is type(None):
+        return value is None
+    return isinstance(value, typing.get_origin(kind) or kind)
+
+
+def test_every_default_parses_to_its_rows_type():
+    cfg = load({}, environ={})
+    for option in OPTIONS:
+        assert _is(getattr(cfg, option.key), option.type), option.key
+        assert option.metavar and option.help, option.key
+
+
+def test_a_new_row_is_a_flag_a_variable_a_file_key_and_a_field(monkeypatch, tmp_path, capsys):
+    toy = Option("toy_limit", int, "3", int, "COUNT", "a toy setting for this test", short="-T")
+    options = (*OPTIONS, toy)
+    monkeypatch.setattr(config, "OPTIONS", options)
+    monkeypatch.setattr(config, "Config", config.config_class(options))
+    monkeypatch.setattr(cli, "OPTIONS", options)
+    assert load({}, environ={}).toy_limit == 3
+    assert load({}, environ={"OTEL_GPU_TOY_LIMIT": "5"}).toy_limit == 5
+    path = tmp_path / "c.yaml"
+    path.write_text("toy_limit: 6\n")
+    assert load({}, environ={}, config_file=str(path)).toy_limit == 6
+    for argv in (["--toy-limit", "7"], ["serve", "-T", "7"]):
+        assert cli._config(cli.build_parser().parse_args(argv)).toy_limit == 7
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "-T COUNT, --toy-limit COUNT a toy setting for this test" in help_text
+    assert "$OTEL_GPU_TOY_LIMIT; default 3" in help_text
+    with pytest.raises(ConfigError, match=r"^toy_limit \(from flag --toy-limit\): "):
+        load({"toy_limit": "many"}, environ={})
+
+
+def test_config_error_is_a_setup_error():
+    assert issubclass(ConfigError, SetupError) and issubclass(SetupError, ValueError)

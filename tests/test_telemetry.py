@@ -7,8 +7,9 @@ from types import MappingProxyType
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from otel_gpu.snapshot import FAILED, OK, Device, DeviceSample, Snapshot
+from otel_gpu.snapshot import FAILED, OK, Device, DeviceSample
 from otel_gpu.telemetry import build_meter_provider, build_resource, device_attributes
+from tests.support.snapshots import snapshot
 
 GPU = Device("GPU-aaaa", 0, "NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "00000000:18:00.0",
              minor_number=0, serial="1654922000001")
@@ -18,8 +19,7 @@ MIG = Device("MIG-bbbb", 1, "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "NVIDIA A100-SXM
 
 
 def _snapshot(samples, seq=1, taken=100.0):
-    return Snapshot(seq=seq, taken_at=1.7e9, taken_monotonic=taken, duration=0.02,
-                    driver_version="550.90.07", devices=tuple(samples), nvml_calls=42)
+    return snapshot(*samples, seq=seq, taken_monotonic=taken, nvml_calls=42)
 
 
 def _points(reader):
@@ -36,7 +36,7 @@ def _points(reader):
 def pipeline():
     state = {"snap": None, "now": 105.0}
     reader = InMemoryMetricReader()
-    provider, _ = build_meter_provider(build_resource(environ={}), [reader],
+    provider = build_meter_provider(build_resource(environ={}), [reader],
                                        lambda: state["snap"], clock=lambda: state["now"])
     yield state, reader
     provider.shutdown()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import field, make_dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -43,6 +43,8 @@ from opentelemetry.sdk.resources import Resource
 
 from otel_gpu._log import LogLimiter
 from otel_gpu.catalog import POD_ATTRIBUTES
+from otel_gpu.config import OPTIONS
+from otel_gpu.errors import SetupError
 
 log = logging.getLogger(__name__)
 
@@ -52,26 +54,32 @@ PROTOCOLS = (GRPC, HTTP)
 RESOURCE, ATTRIBUTES = "resource", "attributes"
 
 
-class OtlpSetupError(ValueError):
+class OtlpSetupError(SetupError):
     """A bad OTLP setting found while building the exporter; one line."""
 
 
-@dataclass(frozen=True)
-class OtlpSettings:
-    """otel-gpu's OTLP settings. ``None`` leaves a setting to the OTEL_* variables."""
+_PREFIX = "otlp_"
+_ROWS = tuple(o for o in OPTIONS if o.key.startswith(_PREFIX) or o.key == "pod_identity")
 
-    endpoint: str | None = None
-    protocol: str | None = None
-    headers_file: str | None = None
-    insecure: bool | None = None
-    certificate: str | None = None
-    client_certificate: str | None = None
-    client_key: str | None = None
-    compression: str | None = None
-    timeout: float | None = None
-    interval: float | None = None
-    temporality: str | None = None
-    pod_identity: str = RESOURCE
+
+def _from_config(cls: type, config: Any) -> Any:
+    """The OTLP settings held by a :class:`~otel_gpu.config.Config`."""
+    return cls(**{o.key.removeprefix(_PREFIX): getattr(config, o.key) for o in _ROWS})
+
+
+OtlpSettings = make_dataclass(
+    "OtlpSettings",
+    [(o.key.removeprefix(_PREFIX), o.type, field(default=o.value)) for o in _ROWS],
+    frozen=True,
+    namespace={"from_config": classmethod(_from_config)},
+)
+OtlpSettings.__module__ = __name__
+OtlpSettings.__doc__ = """otel-gpu's OTLP settings; ``None`` leaves one to the OTEL_* variables.
+
+One field per ``otlp_*`` row of :data:`otel_gpu.config.OPTIONS` (named
+without the prefix) plus ``pod_identity``, with the rows' defaults;
+``OtlpSettings.from_config(config)`` picks them out of a ``Config``.
+"""
 
 
 def resolve_protocol(settings: OtlpSettings, environ: Mapping[str, str]) -> str:

@@ -74,11 +74,6 @@ class RenderCache:
         self._cached: _Rendered | None = None
         self.renders = 0
 
-    @property
-    def lock(self) -> threading.Lock:
-        """Held while rendering: swap what ``render`` reads under it."""
-        return self._lock
-
     def get(self) -> _Rendered:
         with self._lock:  # one render at a time; waiters reuse its result
             key = self._key()

@@ -30,8 +30,10 @@ from typing import Any
 
 import yaml
 
+from otel_gpu.errors import SetupError
 
-class WebConfigError(ValueError):
+
+class WebConfigError(SetupError):
     """A bad web config file; ``str()`` is one line naming the file and key."""
 
 

@@ -21,13 +21,19 @@ rather than per scrape.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 
 from otel_gpu.k8s.device_ids import DeviceRef, DeviceResolver, parse_device_id, parse_dra_device
 from otel_gpu.k8s.podresources import Allocation, PodResourcesState
-from otel_gpu.snapshot import Device
+from otel_gpu.snapshot import (
+    AllocationRow,
+    Attribution,
+    Device,
+    Holder,
+    NumaAlignment,
+    ResourceSummary,
+    UnresolvedId,
+)
 
 __all__ = [
     "AllocationRow",
@@ -44,143 +50,6 @@ __all__ = [
 
 UNKNOWN_FORMAT = "unknown device id format"
 NO_SUCH_DEVICE = "no matching device on this node"
-
-
-@dataclass(frozen=True)
-class Holder:
-    """A container holding a device. ``replica`` is the share number, if shared."""
-
-    pod: str
-    namespace: str
-    container: str
-    replica: int | None
-    resource_name: str
-    shared: bool = False
-    """Held through a shared id (replica, GKE vgpu, DRA share): never an owner."""
-
-
-@dataclass(frozen=True)
-class AllocationRow:
-    """One row of the allocation metric (value 1)."""
-
-    uuid: str
-    pod: str
-    namespace: str
-    container: str
-    replica: int | None
-    resource_name: str
-
-
-@dataclass(frozen=True)
-class ResourceSummary:
-    """Allocated vs allocatable device ids of one resource name on this node.
-
-    ``allocatable`` is ``None`` when the kubelet did not say (v1alpha1,
-    GetAllocatableResources unavailable, or a DRA driver, which that RPC
-    does not cover). Shared ids count one each, as the kubelet counts them.
-    """
-
-    resource_name: str
-    allocated: int
-    allocatable: int | None
-
-
-@dataclass(frozen=True)
-class NumaAlignment:
-    """Share of a container's exclusive CPUs on the NUMA node(s) of its device."""
-
-    pod: str
-    namespace: str
-    container: str
-    uuid: str
-    numa_nodes: tuple[int, ...]
-    fraction: float
-
-
-@dataclass(frozen=True)
-class UnresolvedId:
-    """An allocated id that was skipped; the caller logs each one once."""
-
-    resource_name: str
-    device_id: str
-    reason: str
-
-
-_NO_HOLDERS: tuple[Holder, ...] = ()
-
-
-class Attribution:
-    """The join's result; immutable, safe to share between threads."""
-
-    def __init__(
-        self,
-        holders: Mapping[str, tuple[Holder, ...]],
-        summary: tuple[ResourceSummary, ...],
-        numa: Mapping[str, tuple[int, ...]],
-        alignment: tuple[NumaAlignment, ...],
-        unresolved: tuple[UnresolvedId, ...],
-    ) -> None:
-        self._holders = MappingProxyType(dict(holders))
-        self._owners = MappingProxyType(
-            {uuid: hs[0] for uuid, hs in holders.items() if len(hs) == 1 and not hs[0].shared}
-        )
-        self._rows = tuple(
-            sorted(
-                {
-                    AllocationRow(uuid, h.pod, h.namespace, h.container, h.replica, h.resource_name)
-                    for uuid, hs in holders.items()
-                    for h in hs
-                },
-                key=_row_key,
-            )
-        )
-        self._summary = summary
-        self._numa = MappingProxyType(dict(numa))
-        self._alignment = alignment
-        self.unresolved: tuple[UnresolvedId, ...] = unresolved
-        """Allocated ids skipped (unknown format or no such device), distinct."""
-
-    def holders(self, uuid: str) -> tuple[Holder, ...]:
-        """Every container holding ``uuid`` (GPU or MIG), sorted; empty if none."""
-        return self._holders.get(uuid, _NO_HOLDERS)
-
-    def exclusive_owner(self, uuid: str) -> Holder | None:
-        """The one container holding ``uuid`` whole, or ``None``."""
-        return self._owners.get(uuid)
-
-    def allocations(self) -> tuple[AllocationRow, ...]:
-        """One row per (device uuid, pod, namespace, container, replica)."""
-        return self._rows
-
-    def attributed_uuids(self) -> frozenset[str]:
-        return frozenset(self._holders)
-
-    def summary(self) -> tuple[ResourceSummary, ...]:
-        """Allocated vs allocatable per resource name, sorted by name."""
-        return self._summary
-
-    def numa_nodes(self, uuid: str) -> tuple[int, ...]:
-        """NUMA node(s) of a device: API topology, else NVML, else sysfs."""
-        return self._numa.get(uuid, ())
-
-    def numa_node(self, uuid: str) -> int | None:
-        nodes = self._numa.get(uuid)
-        return nodes[0] if nodes else None
-
-    def numa_alignment(self) -> tuple[NumaAlignment, ...]:
-        """For containers with exclusive CPUs: how many sit on their GPU's node."""
-        return self._alignment
-
-    def __repr__(self) -> str:
-        return (
-            f"Attribution(devices={len(self._holders)}, rows={len(self._rows)}, "
-            f"unresolved={len(self.unresolved)})"
-        )
-
-
-def _row_key(row: AllocationRow) -> tuple:
-    replica = -1 if row.replica is None else row.replica
-    return (row.uuid, row.namespace, row.pod, row.container, replica, row.resource_name)
 
 
 def _holder_key(h: Holder) -> tuple:

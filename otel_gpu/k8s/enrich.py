@@ -15,13 +15,13 @@ from pathlib import Path
 from otel_gpu._log import LogLimiter
 from otel_gpu.k8s.attribution import Attributor
 from otel_gpu.k8s.podresources import PodResourcesWatcher
-from otel_gpu.snapshot import PodView, Snapshot
+from otel_gpu.snapshot import Pods, Snapshot
 
 log = logging.getLogger(__name__)
 
 
 class PodEnricher:
-    """Attaches a :class:`PodView` to snapshots; cheap when nothing changed."""
+    """Attaches :class:`~otel_gpu.snapshot.Pods` to snapshots; cheap when nothing changed."""
 
     def __init__(self, watcher: PodResourcesWatcher, sysfs_root: Path = Path("/")) -> None:
         self.watcher = watcher
@@ -41,5 +41,5 @@ class PodEnricher:
                 "kubelet lists %s %r, which was skipped: %s",
                 skipped.resource_name, skipped.device_id, skipped.reason,
             )
-        view = PodView(attribution, self.watcher.stats, state.taken_monotonic)
-        return replace(snapshot, pods=view)
+        pods = Pods(attribution, self.watcher.stats, state.taken_monotonic)
+        return replace(snapshot, pods=pods)

@@ -34,17 +34,17 @@ from otel_gpu._log import LogLimiter
 from otel_gpu.k8s._proto.podresources.v1 import api_pb2 as v1_pb2
 from otel_gpu.k8s._proto.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
 from otel_gpu.k8s.device_ids import ResourceFilter
+from otel_gpu.snapshot import KubeletStats
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
-    "DEFAULT_SOCKET",
     "EMPTY_STATE",
     "RPC_METHODS",
     "AllocatableDevice",
     "Allocation",
     "PodResourcesState",
     "PodResourcesWatcher",
-    "WatcherStats",
+    "KubeletStats",
     "allocatable_from_v1",
     "allocations_from_v1",
     "allocations_from_v1alpha1",
@@ -52,7 +52,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 """Receive limit; gRPC's own 4 MiB default is too small for busy nodes."""
 
@@ -66,7 +65,7 @@ RPC_METHODS: Mapping[str, str] = MappingProxyType(
         V1ALPHA1_LIST: "/v1alpha1.PodResourcesLister/List",
     }
 )
-"""Short rpc names used in :class:`WatcherStats`, and the gRPC paths they call."""
+"""Short rpc names used in :class:`KubeletStats`, and the gRPC paths they call."""
 
 
 @dataclass(frozen=True)
@@ -134,21 +133,6 @@ class PodResourcesState:
 
 
 EMPTY_STATE = PodResourcesState()
-
-
-@dataclass(frozen=True)
-class WatcherStats:
-    """Self-metrics of the poller, copied out under a short lock."""
-
-    requests: Mapping[tuple[str, str], int]
-    """Calls made, by (rpc short name, gRPC status code name such as ``OK``)."""
-    last_success_monotonic: float | None
-    pods: int
-    devices: int
-    source: str | None
-    consecutive_failures: int
-    socket_present: bool | None
-    """``None`` until the first poll."""
 
 
 # --------------------------------------------------------------------------- conversion
@@ -313,7 +297,7 @@ class PodResourcesWatcher:
 
     def __init__(
         self,
-        socket_path: str | os.PathLike[str] = DEFAULT_SOCKET,
+        socket_path: str | os.PathLike[str],
         *,
         interval: float = 10.0,
         grace_period: float = 60.0,
@@ -352,6 +336,7 @@ class PodResourcesWatcher:
         self._current: tuple[PodResourcesState, float | None] = (EMPTY_STATE, None)
         # Poller-only state (guarded by _poll_lock).
         self._poll_lock = threading.Lock()
+        self._changed: PodResourcesState | None = None
         self._channel: grpc.Channel | None = None
         self._calls: dict[str, Callable[..., Any]] = {}
         self._use_v1alpha1 = False
@@ -388,13 +373,13 @@ class PodResourcesWatcher:
         return state
 
     @property
-    def stats(self) -> WatcherStats:
+    def stats(self) -> KubeletStats:
         state = self.state
         with self._stats_lock:
             requests = dict(self._requests)
             failures = self._failures
             last = self._last_success
-        return WatcherStats(
+        return KubeletStats(
             requests=MappingProxyType(requests),
             last_success_monotonic=last,
             pods=state.pod_count,
@@ -467,6 +452,14 @@ class PodResourcesWatcher:
         """
         with self._poll_lock:
             ok = self._poll()
+            changed, self._changed = self._changed, None
+        if changed is not None and self._on_update is not None:
+            # Called after the poll lock is released: the consumer may take its own locks.
+            try:
+                self._on_update(changed)
+            except Exception:  # noqa: BLE001 - a consumer's bug must not stop polling
+                self._limiter.log("on_update", logging.ERROR,
+                                  "handling new pod-resources state failed", exc_info=True)
         return ok
 
     def _poll(self) -> bool:
@@ -649,12 +642,8 @@ class PodResourcesWatcher:
         previous = self._current[0]
         self._current = (state, None)
         changed = (previous.allocations, previous.allocatable) != (allocations, allocatable)
-        if changed and self._on_update is not None:
-            try:
-                self._on_update(state)
-            except Exception:  # noqa: BLE001 - a consumer's bug must not stop polling
-                self._limiter.log("on_update", logging.ERROR,
-                                  "handling new pod-resources state failed", exc_info=True)
+        if changed:
+            self._changed = state
         with self._stats_lock:
             failures, self._failures = self._failures, 0
             self._last_success = now

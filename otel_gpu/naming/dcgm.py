@@ -12,8 +12,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from otel_gpu import catalog as c
+from otel_gpu.errors import SetupError
 from otel_gpu.naming.exposition import Family
+from otel_gpu.nvml import sources as c
 from otel_gpu.snapshot import FAILED, DeviceSample, Snapshot
 
 log = logging.getLogger(__name__)
@@ -177,7 +178,7 @@ LABEL_FIELDS = frozenset({"DCGM_FI_DRIVER_VERSION"})
 TYPES = ("gauge", "counter", "label", "histogram", "summary")
 
 
-class CollectorsError(ValueError):
+class CollectorsError(SetupError):
     """A malformed counters file; ``str()`` names the file and line."""
 
 
@@ -242,7 +243,7 @@ def select_fields(entries: Iterable[CsvEntry] | None) -> tuple[list[DcgmField], 
     return chosen, problems
 
 
-class DcgmView:
+class DcgmProfile:
     """Renders a snapshot under dcgm-exporter's names and labels."""
 
     def __init__(
@@ -276,24 +277,11 @@ class DcgmView:
                                      else "")
         return labels
 
-    def _holders(self, sample: DeviceSample, snapshot: Snapshot) -> list[dict[str, str]]:
+    def _copies(self, sample: DeviceSample, snapshot: Snapshot) -> list[dict[str, str]]:
         """Pod labels per copy of the device's series: one copy, or one per sharer."""
-        if snapshot.pods is None:
-            return [{}]
-        attribution = snapshot.pods.attribution
-        owner = attribution.exclusive_owner(sample.device.uuid)
-        if owner is not None:
-            return [{"pod": owner.pod, "namespace": owner.namespace,
-                     "container": owner.container}]
-        holders = attribution.holders(sample.device.uuid)
-        if self.shared_gpu_copies and holders:
-            seen: dict[tuple, dict[str, str]] = {}
-            for h in holders:
-                seen.setdefault((h.pod, h.namespace, h.container),
-                                {"pod": h.pod, "namespace": h.namespace,
-                                 "container": h.container})
-            return list(seen.values())
-        return [{}]
+        refs = snapshot.series_pods(sample.device.uuid, per_sharer=self.shared_gpu_copies)
+        return [{"pod": r.pod, "namespace": r.namespace, "container": r.container}
+                for r in refs] or [{}]
 
     def families(self, snapshot: Snapshot) -> list[Family]:
         families = [Family(f.name, f.type, f.help) for f in self.fields]
@@ -301,7 +289,7 @@ class DcgmView:
             if sample.state == FAILED:
                 continue
             base = self._labels(sample, snapshot)
-            copies = self._holders(sample, snapshot)
+            copies = self._copies(sample, snapshot)
             for field, family in zip(self.fields, families, strict=True):
                 value = field.value(sample)
                 if value is None:

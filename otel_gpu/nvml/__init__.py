@@ -1,1 +1,4 @@
-"""NVML access: the wrapper, the sampler and the fake driver used for simulation."""
+"""What runs against the NVIDIA driver: the NVML wrapper, the value sources, the sampler.
+
+The simulator that can stand in for the driver lives in :mod:`otel_gpu.sim`.
+"""

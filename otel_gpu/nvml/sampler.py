@@ -1,28 +1,28 @@
 """Discovery and sampling: the only place NVML is read.
 
-One :class:`Sampler` pass reads every device once and returns an immutable
-:class:`~otel_gpu.snapshot.Snapshot`. The :class:`SamplerThread` runs passes
-on an interval and publishes them to a :class:`SnapshotStore`; instrument
-callbacks and scrapes read the store and never touch the driver, so ten
-scrapers cost NVML no more than one, and a hung driver shows as a growing
-``otel_gpu.sample.age`` instead of a hung scrape.
+One :meth:`Sampler.sample` pass reads every device once and returns an
+immutable :class:`~otel_gpu.snapshot.Snapshot`: discovery (GPUs, MIG
+instances, XID event registration), one batched field-value call per device,
+one call per :class:`~otel_gpu.nvml.sources.Reader` the catalog needs, and
+the XID events waiting. :mod:`otel_gpu.pipeline` runs passes on an interval;
+nothing on the scrape path calls into here.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from types import MappingProxyType, ModuleType
+from types import MappingProxyType
 from typing import Any
 
 from otel_gpu._log import LogLimiter
-from otel_gpu.catalog import CATALOG, REMAP_FAILURE, REMAP_PENDING, Metric, Source, all_sources
+from otel_gpu.catalog import CATALOG, Metric, all_sources
 from otel_gpu.nvml.library import Nvml, Outcome, Result, classify, error_name
+from otel_gpu.nvml.sources import REMAP_FAILURE, REMAP_PENDING, Reader, Source
 from otel_gpu.snapshot import (
     DEGRADED,
     FAILED,
@@ -34,74 +34,6 @@ from otel_gpu.snapshot import (
 )
 
 log = logging.getLogger(__name__)
-
-# --- readers: one NVML call each, returning raw values by source key ---------
-
-
-def _older_driver(m: ModuleType, exc: Exception) -> bool:
-    """Whether a newer NVML entry point is missing, so its older form should be used."""
-    return getattr(exc, "value", None) in (
-        m.NVML_ERROR_FUNCTION_NOT_FOUND, m.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
-    )
-
-
-def _memory(m: ModuleType, handle: Any) -> dict[str, float]:
-    try:
-        mem = m.nvmlDeviceGetMemoryInfo(handle, version=m.nvmlMemory_v2)
-        reserved: float | None = mem.reserved
-    except m.NVMLError as exc:  # drivers before R510 have only the v1 call
-        if not _older_driver(m, exc):
-            raise
-        mem = m.nvmlDeviceGetMemoryInfo(handle)
-        reserved = None
-    out = {"memory.total": mem.total, "memory.used": mem.used, "memory.free": mem.free}
-    if reserved is not None:
-        out["memory.reserved"] = reserved
-    return out
-
-
-def _temperature(m: ModuleType, handle: Any) -> dict[str, float]:
-    try:
-        value = m.nvmlDeviceGetTemperatureV(handle, m.NVML_TEMPERATURE_GPU)
-    except m.NVMLError as exc:  # the versioned call arrived with R535
-        if not _older_driver(m, exc):
-            raise
-        value = m.nvmlDeviceGetTemperature(handle, m.NVML_TEMPERATURE_GPU)
-    return {"temp.gpu": value}
-
-
-def _utilization(m: ModuleType, handle: Any) -> dict[str, float]:
-    util = m.nvmlDeviceGetUtilizationRates(handle)
-    return {"util.gpu": util.gpu, "util.memory": util.memory}
-
-
-_CLOCK_TYPES = {
-    "graphics": "NVML_CLOCK_GRAPHICS", "sm": "NVML_CLOCK_SM", "memory": "NVML_CLOCK_MEM"
-}
-
-
-def _clock(domain: str) -> Callable[[ModuleType, Any], dict[str, float]]:
-    def read(m: ModuleType, handle: Any) -> dict[str, float]:
-        clock_type = getattr(m, _CLOCK_TYPES[domain])
-        return {f"clock.{domain}": m.nvmlDeviceGetClockInfo(handle, clock_type)}
-
-    return read
-
-
-READERS: Mapping[str, Callable[[ModuleType, Any], Mapping[str, float]]] = MappingProxyType({
-    "memory": _memory,
-    "utilization": _utilization,
-    "encoder": lambda m, h: {"util.encoder": m.nvmlDeviceGetEncoderUtilization(h)[0]},
-    "decoder": lambda m, h: {"util.decoder": m.nvmlDeviceGetDecoderUtilization(h)[0]},
-    "temperature": _temperature,
-    "power": lambda m, h: {"power": m.nvmlDeviceGetPowerUsage(h)},
-    "clock.graphics": _clock("graphics"),
-    "clock.sm": _clock("sm"),
-    "clock.memory": _clock("memory"),
-    "clock_reasons": lambda m, h: {"clock.reasons": m.nvmlDeviceGetCurrentClocksEventReasons(h)},
-    "fan": lambda m, h: {"fan": m.nvmlDeviceGetFanSpeed(h)},
-    "processes": lambda m, h: {"processes": len(m.nvmlDeviceGetComputeRunningProcesses(h))},
-})
 
 _VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 
@@ -169,12 +101,9 @@ class Sampler:
         self._m = nvml.module
         sources = all_sources(catalog)
         self._fields: tuple[Source, ...] = tuple(s for s in sources if s.field_id is not None)
-        self._readers: tuple[str, ...] = tuple(
+        self._readers: tuple[Reader, ...] = tuple(
             dict.fromkeys(s.reader for s in sources if s.reader is not None)
         )
-        unknown = [r for r in self._readers if r not in READERS]
-        if unknown:
-            raise ValueError(f"catalog names readers the sampler lacks: {unknown}")
         self._clock = clock
         self._wall = wall_clock
         self._max_events = max_events
@@ -444,98 +373,14 @@ class Sampler:
     def _read_calls(
         self, t: _Tracked, values: dict[str, float], unsupported: list[str]
     ) -> str | None:
-        for name in self._readers:
-            if name in t.unsupported:
+        for reader in self._readers:
+            if reader.name in t.unsupported:
                 continue
-            res = self._nvml.call(READERS[name], self._m, t.handle)
+            res = self._nvml.call(reader.read, self._m, t.handle)
             if res.ok:
                 values.update(res.value)
                 continue
-            failure = self._outcome(t, name, res, unsupported)
+            failure = self._outcome(t, reader.name, res, unsupported)
             if failure is not None:
                 return failure
         return None
-
-
-class SnapshotStore:
-    """Holds the latest snapshot; readers take it without waiting on the sampler."""
-
-    def __init__(self) -> None:
-        self._latest: Snapshot | None = None
-        self._version = 0
-        self._cond = threading.Condition()
-
-    @property
-    def latest(self) -> Snapshot | None:
-        return self._latest
-
-    @property
-    def version(self) -> int:
-        """Counts publications: changes when a new sample or new pods arrive."""
-        return self._version
-
-    def publish(self, snapshot: Snapshot) -> None:
-        with self._cond:
-            self._latest = snapshot
-            self._version += 1
-            self._cond.notify_all()
-
-    def wait_for(self, seq: int, timeout: float) -> Snapshot | None:
-        """Block until a snapshot numbered ``seq`` or later exists (for tests)."""
-        with self._cond:
-            self._cond.wait_for(
-                lambda: self._latest is not None and self._latest.seq >= seq, timeout
-            )
-            return self._latest
-
-
-class SamplerThread:
-    """Runs :meth:`Sampler.sample` every ``interval`` seconds until stopped.
-
-    Each new snapshot goes to ``publish``. A sample that raises (a bug, not a
-    driver error: those never raise) is logged at most once a minute and
-    retried with exponential backoff, capped at ``max_backoff``; the thread
-    itself never dies of it.
-    """
-
-    def __init__(
-        self,
-        sampler: Sampler,
-        publish: Callable[[Snapshot], None],
-        interval: float,
-        *,
-        max_backoff: float = 300.0,
-    ) -> None:
-        self._sampler = sampler
-        self._publish = publish
-        self._interval = interval
-        self._max_backoff = max(max_backoff, interval)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="otel-gpu-sampler", daemon=True)
-        self._limited = LogLimiter(log, 60.0)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout: float = 2.0) -> bool:
-        """Whether the thread has ended (False: still inside an NVML call)."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-        return not self._thread.is_alive()
-
-    def _run(self) -> None:
-        failures = 0
-        while not self._stop.is_set():
-            started = time.monotonic()
-            try:
-                self._publish(self._sampler.sample())
-                failures = 0
-                wait = self._interval - (time.monotonic() - started)
-            except Exception:  # noqa: BLE001 - the loop must outlive any bug
-                failures += 1
-                wait = min(self._interval * 2 ** min(failures, 16), self._max_backoff)
-                self._limited.log("sample", logging.ERROR,
-                                  "sampling failed (%d in a row); next try in %.0f s",
-                                  failures, wait, exc_info=True)
-            self._stop.wait(max(0.0, wait))

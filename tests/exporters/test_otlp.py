@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
@@ -14,6 +16,7 @@ from opentelemetry.sdk.resources import Resource
 from otel_gpu.app import choose_exporters
 from otel_gpu.config import load
 from otel_gpu.exporters.otlp import (
+    RESOURCE,
     OtlpSettings,
     OtlpSetupError,
     PodResourceExporter,
@@ -124,3 +127,19 @@ def test_unreadable_tls_file_is_a_setup_error(tmp_path):
     settings = OtlpSettings(protocol="grpc", certificate=str(tmp_path / "ca.pem"))
     with pytest.raises(OtlpSetupError, match="certificate .*ca.pem: cannot read it"):
         build_exporter(settings, {})
+
+
+def test_settings_are_the_otlp_rows_and_come_from_a_config():
+    assert {f.name for f in dataclasses.fields(OtlpSettings)} == {
+        "endpoint", "protocol", "headers_file", "insecure", "certificate", "client_certificate",
+        "client_key", "compression", "timeout", "interval", "temporality", "pod_identity",
+    }
+    assert OtlpSettings().pod_identity == RESOURCE
+    assert OtlpSettings.from_config(load({}, environ={})) == OtlpSettings()
+    config = load({"otlp_endpoint": "http://collector:4318", "otlp_timeout": "2s",
+                   "otlp_insecure": "true", "pod_identity": "attributes"}, environ={})
+    assert OtlpSettings.from_config(config) == OtlpSettings(
+        endpoint="http://collector:4318", timeout=2.0, insecure=True, pod_identity="attributes"
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        OtlpSettings().endpoint = "x"  # type: ignore[misc]

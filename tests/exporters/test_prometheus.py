@@ -10,15 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from otel_gpu.exporters.prometheus import MetricsServer, RenderCache
-from tests.conftest import http_get
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.process import http_get
 
 
 def _render(registry):
@@ -32,8 +24,8 @@ def registry():
     return reg
 
 
-def test_renders_once_per_snapshot(registry):
-    clock, key = Clock(), {"seq": 1}
+def test_renders_once_per_snapshot(registry, clock):
+    key = {"seq": 1}
     cache = RenderCache(_render(registry), lambda: key["seq"], max_age=10.0, clock=clock)
     first = cache.get()
     assert b"demo_value 7.0" in first.body
@@ -43,14 +35,13 @@ def test_renders_once_per_snapshot(registry):
     assert cache.get() is not first and cache.renders == 2
 
 
-def test_expires_without_a_new_snapshot(registry):
-    clock = Clock()
+def test_expires_without_a_new_snapshot(registry, clock):
     cache = RenderCache(_render(registry), lambda: 1, max_age=10.0, clock=clock)
     cache.get()
-    clock.now += 9.9
+    clock.advance(9.9)
     cache.get()
     assert cache.renders == 1
-    clock.now += 0.2
+    clock.advance(0.2)
     cache.get()
     assert cache.renders == 2
 

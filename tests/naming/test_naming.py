@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from otel_gpu import sim
 from otel_gpu.k8s.attribution import attribute
-from otel_gpu.naming import build_views, render_views
+from otel_gpu.naming import build_profiles, render_profiles
 from otel_gpu.naming.dcgm import (
     DEFAULT_FIELDS,
     FIELDS,
@@ -17,10 +18,10 @@ from otel_gpu.naming.dcgm import (
     select_fields,
 )
 from otel_gpu.naming.exposition import Family, format_value, render
-from otel_gpu.nvml import fake
 from otel_gpu.nvml.library import Nvml
 from otel_gpu.nvml.sampler import Sampler
-from otel_gpu.snapshot import PodView
+from otel_gpu.snapshot import Pods
+from tests.support.nvml import profile_uuids
 
 HERE = Path(__file__).parent
 GOLDEN = HERE / "golden"
@@ -112,16 +113,15 @@ def _snapshot(profile: str, pods: list):
     from dataclasses import replace
 
     from otel_gpu.k8s.podresources import PodResourcesWatcher
-    from tests.k8s.fake_kubelet import FakeKubelet
+    from tests.support.kubelet import FakeKubelet
 
-    lib = fake.FakeNvml(fake.load_scenario(profile))
-    fake.install(lib)
+    sim.install(sim.FakeNvml(sim.load_scenario(profile)))
     try:
         nvml = Nvml()
         nvml.init()
         snap = Sampler(nvml).sample()
     finally:
-        fake.uninstall()
+        sim.uninstall()
     with FakeKubelet() as kubelet:
         kubelet.set_pods(pods)
         watcher = PodResourcesWatcher(kubelet.socket_path)
@@ -131,24 +131,24 @@ def _snapshot(profile: str, pods: list):
         finally:
             watcher.stop()
     devices = [s.device for s in snap.devices]
-    return replace(snap, pods=PodView(attribute(devices, state), None, 1.0))
+    return replace(snap, pods=Pods(attribute(devices, state), None, 1.0))
 
 
 def _pod(name: str, resource: str, device_id: str):
-    from tests.k8s.fake_kubelet import container, devices, pod
+    from tests.support.kubelet import container, devices, pod
 
     return pod(name, container("main", devices(resource, device_id)), namespace="ml")
 
 
 def _h100x8():
-    uuids = [d.uuid for d in fake.load_scenario("h100x8").devices]
+    uuids = profile_uuids("h100x8")
     pods = [_pod(f"train-{i}", "nvidia.com/gpu", uuids[i]) for i in range(3)]
     pods += [_pod(f"infer-{i}", "nvidia.com/gpu", f"{uuids[7]}::{i}") for i in range(3)]
     return _snapshot("h100x8", pods)
 
 
 def _a100_mig():
-    gpus = fake.load_scenario("a100-mig").devices
+    gpus = sim.load_scenario("a100-mig").devices
     mig = {m.gpu_instance_id: m.uuid for m in gpus[0].mig}
     return _snapshot("a100-mig", [
         _pod("big", "nvidia.com/mig-3g.20gb", mig[1]),
@@ -161,8 +161,8 @@ def _a100_mig():
 @pytest.mark.parametrize("scenario", ["h100x8", "a100-mig"])
 def test_golden_exposition(profile, scenario):
     snap = _h100x8() if scenario == "h100x8" else _a100_mig()
-    views = build_views([profile], hostname="gpu-node-1")
-    text = render_views(views, snap).decode()
+    views = build_profiles([profile], hostname="gpu-node-1")
+    text = render_profiles(views, snap).decode()
     path = GOLDEN / f"{profile}-{scenario}.prom"
     if os.environ.get("UPDATE_GOLDEN"):
         path.write_text(text)
@@ -174,7 +174,7 @@ def test_shared_gpu_copies_are_off_by_default():
     shared = [d.device.uuid for d in snap.devices][7]
 
     def temps(**kw):
-        text = render_views(build_views(["dcgm"], hostname="h", **kw), snap).decode()
+        text = render_profiles(build_profiles(["dcgm"], hostname="h", **kw), snap).decode()
         return [ln for ln in text.splitlines()
                 if ln.startswith("DCGM_FI_DEV_GPU_TEMP{") and shared in ln]
 
@@ -187,7 +187,7 @@ def test_shared_gpu_copies_are_off_by_default():
 
 
 def test_hostname_label_setting():
-    text = render_views(build_views(["dcgm"], hostname="n1", hostname_label="hostname"),
+    text = render_profiles(build_profiles(["dcgm"], hostname="n1", hostname_label="hostname"),
                         _a100_mig()).decode()
     assert 'hostname="n1"' in text and "Hostname=" not in text
 

@@ -7,7 +7,6 @@ import ctypes.util
 import pynvml
 import pytest
 
-from otel_gpu.nvml import fake
 from otel_gpu.nvml.library import Nvml, NvmlUnavailable, Outcome, classify, error_name
 
 
@@ -36,22 +35,18 @@ def test_error_name():
 
 
 @pytest.fixture
-def nvml(tmp_path):
-    path = tmp_path / "s.yaml"
-    path.write_text(
-        "devices:\n"
-        "  - name: Tesla T4\n"
-        "    memory: {total: 1000, used: 10}\n"
-        "    unsupported: [nvmlDeviceGetFanSpeed]\n"
-        "    lost_after: 1\n"
-    )
-    lib = fake.FakeNvml(fake.load_scenario(str(path)))
-    fake.install(lib)
+def nvml(fake_nvml):
+    lib = fake_nvml("""
+        devices:
+          - name: Tesla T4
+            memory: {total: 1000, used: 10}
+            unsupported: [nvmlDeviceGetFanSpeed]
+            lost_after: 1
+    """)
     wrapper = Nvml()
     wrapper.init()
     yield wrapper, lib
     wrapper.shutdown()
-    fake.uninstall()
 
 
 def test_call_returns_values_and_outcomes(nvml):

@@ -3,35 +3,28 @@
 from __future__ import annotations
 
 import logging
-import textwrap
 
 import pytest
 
-from otel_gpu.nvml import fake
+from otel_gpu import sim as fake
 from otel_gpu.nvml.library import Nvml
-from otel_gpu.nvml.sampler import Sampler, SamplerThread, SnapshotStore, mig_profile
+from otel_gpu.nvml.sampler import Sampler, mig_profile
 from otel_gpu.snapshot import FAILED, OK, PREDICTED_FAILURE
 
 
 @pytest.fixture
-def driver(tmp_path):
-    """driver(profile_or_yaml) -> (FakeNvml, Sampler); uninstalls afterwards."""
+def driver(fake_nvml):
+    """driver(profile_or_yaml) -> (FakeNvml, Sampler); slow calls are recorded, not slept."""
+    sleeps: list[float] = []
 
     def make(spec: str, **sampler_kw):
-        if "\n" in spec:
-            path = tmp_path / "scenario.yaml"
-            path.write_text(textwrap.dedent(spec))
-            spec = str(path)
-        lib = fake.FakeNvml(fake.load_scenario(spec), sleep=sleeps.append)
-        fake.install(lib)
+        lib = fake_nvml(spec, sleep=sleeps.append)
         nvml = Nvml()
         nvml.init()
         return lib, Sampler(nvml, **sampler_kw)
 
-    sleeps: list[float] = []
     make.sleeps = sleeps
-    yield make
-    fake.uninstall()
+    return make
 
 
 def test_discovers_h100x8(driver):
@@ -209,28 +202,6 @@ def test_mig_profile_parsing():
     assert mig_profile("NVIDIA A100-SXM4-40GB MIG 1g.5gb") == "1g.5gb"
     assert mig_profile("NVIDIA H100 80GB HBM3 MIG 1g.10gb+me") == "1g.10gb+me"
     assert mig_profile("NVIDIA H100 80GB HBM3") is None
-
-
-def test_sampler_thread_survives_a_bug(driver):
-    class Flaky:
-        def __init__(self, inner):
-            self.inner, self.calls = inner, 0
-
-        def sample(self):
-            self.calls += 1
-            if self.calls == 1:
-                raise RuntimeError("a bug")
-            return self.inner.sample()
-
-    lib, sampler = driver("t4")
-    store = SnapshotStore()
-    thread = SamplerThread(Flaky(sampler), store.publish, interval=0.01, max_backoff=0.05)
-    thread.start()
-    try:
-        snap = store.wait_for(1, timeout=10)
-        assert snap is not None and snap.seq >= 1
-    finally:
-        thread.stop()
 
 
 def test_older_drivers_fall_back_to_the_older_calls(driver):

@@ -1,0 +1,238 @@
+"""The running pipeline: sample -> attribute -> publish, its threads and its locks.
+
+Everything slow (NVML, the kubelet) happens on two background threads; the
+scrape and export paths only read the latest published snapshot.
+
+Threads, and what each owns::
+
+    otel-gpu-sampler   Pipeline._run: every `interval`, Sampler.sample() (all NVML
+                       calls), then publish; then, when finished pods piled up,
+                       the `release` hook rebuilds the MeterProvider (never on the
+                       kubelet thread).
+    otel-gpu-podresources  PodResourcesWatcher: polls the kubelet; on a changed answer,
+                       after releasing its poll lock, calls Pipeline.pods_changed(),
+                       which re-publishes the latest sample with the new pods.
+    otel-gpu-http      MetricsServer, one thread per connection: /metrics ->
+                       RenderCache -> Telemetry.render() -> instrument callbacks ->
+                       SnapshotStore.latest (one attribute read, no lock).
+    OTLP reader        the SDK's PeriodicExportingMetricReader thread: the same
+                       callbacks, every otlp_interval.
+    otel-gpu-retire    short-lived: shuts a replaced MeterProvider down (its final
+                       OTLP export) without holding anything.
+
+Locks, each private to its class. A thread holding one may take only those
+listed after it, so no cycle can form:
+
+    1. Pipeline._lock        (sampler, kubelet) enrich + publish: the store always
+                             ends with the newest sample joined with the newest pods.
+    2. SnapshotStore._cond   inside 1 only; readers never take it.
+    3. RenderCache._lock     (http) one render at a time; waiters reuse its result.
+    4. Telemetry._lock       inside 3 (render), or alone (the rebuild's swap).
+    5. the SDK's own locks   inside 4, and on the OTLP thread.
+
+Leaf locks, held for a few instructions and never while calling out: the
+NVML call counter, the kubelet watcher's poll and stats locks, LogLimiter.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from otel_gpu._log import LogLimiter
+from otel_gpu.snapshot import Snapshot
+
+log = logging.getLogger(__name__)
+
+
+class SnapshotStore:
+    """Holds the latest snapshot; readers take it without waiting on the sampler."""
+
+    def __init__(self) -> None:
+        self._latest: Snapshot | None = None
+        self._version = 0
+        self._cond = threading.Condition()
+
+    @property
+    def latest(self) -> Snapshot | None:
+        return self._latest
+
+    @property
+    def version(self) -> int:
+        """Counts publications: changes when a new sample or new pods arrive."""
+        return self._version
+
+    def publish(self, snapshot: Snapshot) -> None:
+        with self._cond:
+            self._latest = snapshot
+            self._version += 1
+            self._cond.notify_all()
+
+    def wait_for(self, seq: int, timeout: float) -> Snapshot | None:
+        """Block until a snapshot numbered ``seq`` or later exists (for tests)."""
+        with self._cond:
+            self._cond.wait_for(
+                lambda: self._latest is not None and self._latest.seq >= seq, timeout
+            )
+            return self._latest
+
+
+def stale_after(interval: float) -> float:
+    """How old the latest sample may be before the collector stops being ready."""
+    return max(3 * interval, 30.0)
+
+
+def readiness(snapshot: Snapshot | None, now: float, interval: float) -> tuple[bool, str]:
+    """Whether ``/readyz`` should pass, and the one-line reason either way."""
+    if snapshot is None:
+        return False, "not ready: no NVML sample has finished yet"
+    age = now - snapshot.taken_monotonic
+    if age > stale_after(interval):
+        return False, (
+            f"not ready: the last NVML sample finished {age:.0f} s ago "
+            f"(interval {interval:g} s); the driver may be hung"
+        )
+    healthy = snapshot.healthy_devices()
+    if healthy == 0:
+        reasons = list(snapshot.errors) + [d.error for d in snapshot.devices if d.error]
+        return False, "not ready: no readable GPU: " + ("; ".join(reasons) or "none found")
+    return True, (
+        f"ready: {healthy} of {len(snapshot.devices)} device(s) readable, "
+        f"sample {snapshot.seq} finished {age:.1f} s ago"
+    )
+
+
+class PodChurn:
+    """Says when finished pods' series should be released from the SDK.
+
+    The OpenTelemetry SDK keeps every attribute set an instrument ever saw and,
+    past 2000 per metric, folds new ones into one overflow series: on a node
+    where pods come and go, the live pods' series would vanish within hours.
+    Rebuilding the MeterProvider releases them; this counts the (device, pod)
+    pairs gone since the last rebuild and asks for one when they pile up.
+    """
+
+    def __init__(self, limit: int = 128) -> None:
+        self.limit = limit
+        self._seen: set[tuple] = set()
+
+    def needs_rebuild(self, snapshot: Snapshot) -> bool:
+        if snapshot.pods is None:
+            return False
+        current = {(r.uuid, r.namespace, r.pod, r.container, r.replica)
+                   for r in snapshot.allocations()}
+        self._seen |= current
+        if len(self._seen - current) <= max(self.limit, len(current)):
+            return False
+        self._seen = current
+        return True
+
+
+class Pipeline:
+    """Samples on an interval, joins each sample with the pods, publishes it to the store.
+
+    ``sample`` takes one sample (all NVML work); ``enrich`` attaches the pods
+    (None without Kubernetes attribution); ``release`` is called on the
+    sampler thread when finished pods' series should be dropped from the
+    SDK. A sample that raises (a bug: driver errors never raise) is logged at
+    most once a minute and retried with exponential backoff capped at
+    ``max_backoff``; the thread never dies of it.
+    """
+
+    def __init__(
+        self,
+        sample: Callable[[], Snapshot],
+        *,
+        interval: float,
+        enrich: Callable[[Snapshot], Snapshot] | None = None,
+        release: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        max_backoff: float = 300.0,
+    ) -> None:
+        self.store = SnapshotStore()
+        self.interval = interval
+        self._sample = sample
+        self._enrich = enrich
+        self._release = release
+        self._clock = clock
+        self._max_backoff = max(max_backoff, interval)
+        self._lock = threading.Lock()
+        self._churn = PodChurn()
+        self._release_due = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="otel-gpu-sampler", daemon=True)
+        self._limited = LogLimiter(log, 60.0)
+
+    # --- publishing (sampler and kubelet threads) ----------------------------------------
+
+    def publish_sample(self, snapshot: Snapshot) -> None:
+        """Publish a new sample, joined with the current pods."""
+        with self._lock:
+            self._publish(self._enriched(snapshot))
+
+    def pods_changed(self, _state: object = None) -> None:
+        """Re-publish the latest sample with the kubelet's new answer."""
+        with self._lock:
+            latest = self.store.latest
+            if latest is not None:
+                self._publish(self._enriched(latest))
+
+    def _publish(self, snapshot: Snapshot) -> None:
+        self.store.publish(snapshot)
+        if self._churn.needs_rebuild(snapshot):
+            self._release_due = True
+
+    def _enriched(self, snapshot: Snapshot) -> Snapshot:
+        if self._enrich is None:
+            return snapshot
+        try:
+            return self._enrich(snapshot)
+        except Exception:  # noqa: BLE001 - a sample already taken is never thrown away
+            self._limited.log("enrich", logging.ERROR,
+                              "pod attribution failed; exporting without pod attributes",
+                              exc_info=True)
+            return snapshot
+
+    def release_if_due(self) -> bool:
+        """Run ``release`` if pods churned since the last one; on the calling thread."""
+        with self._lock:
+            due, self._release_due = self._release_due, False
+        if due and self._release is not None:
+            self._release()
+        return due
+
+    # --- state ---------------------------------------------------------------------------
+
+    def readiness(self) -> tuple[bool, str]:
+        return readiness(self.store.latest, self._clock(), self.interval)
+
+    # --- the sampler thread --------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 2.0) -> bool:
+        """Whether the thread has ended (False: still inside an NVML call)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self.publish_sample(self._sample())
+                self.release_if_due()
+                failures = 0
+                wait = self.interval - (time.monotonic() - started)
+            except Exception:  # noqa: BLE001 - the loop must outlive any bug
+                failures += 1
+                wait = min(self.interval * 2 ** min(failures, 16), self._max_backoff)
+                self._limited.log("sample", logging.ERROR,
+                                  "sampling failed (%d in a row); next try in %.0f s",
+                                  failures, wait, exc_info=True)
+            self._stop.wait(max(0.0, wait))

@@ -1,0 +1,250 @@
+"""What every fake C symbol stands on: the symbol wrapper, handles and the shared checks.
+
+pynvml finds each C function with ``getattr(nvmlLib, name)`` and calls it with
+ctypes arguments. :class:`DriverCore` turns each method marked with
+:func:`c_symbol` into such an attribute (a :class:`Symbol`, which counts the
+call and turns :class:`Fail` into the return code), hands out handles as
+opaque integer tokens, and owns the checks every call goes through first
+(:meth:`DriverCore.check_system`, :meth:`DriverCore.check_device`), so each
+NVML area's module only has to fill in the answer.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pynvml
+
+from otel_gpu.sim.scenario import (
+    MIG_SYMBOLS,
+    SYSTEM_SYMBOLS,
+    U32_MAX,
+    Faults,
+    GpuSpec,
+    MigSpec,
+    Scenario,
+    Value,
+    clamp,
+)
+
+if TYPE_CHECKING:
+    from otel_gpu.sim.driver.events import EventSet
+
+
+class Fail(Exception):
+    """Raised inside a symbol to make it return the NVML error ``code``."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def c_symbol(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a method of a :class:`DriverCore` subclass as the C symbol of the same name.
+
+    The method receives the ctypes arguments pynvml passes and returns None
+    (``NVML_SUCCESS``), a value (what the C function returns, for the few that
+    return no code), or raises :class:`Fail`. An override of a symbol must be
+    marked too: an unmarked one hides the symbol.
+    """
+    func._c_symbol = True  # type: ignore[attr-defined]
+    return func
+
+
+class Symbol:
+    """What ``getattr(nvmlLib, name)`` gives pynvml: a callable that also takes attributes.
+
+    pynvml sets ``restype`` on some function pointers (``nvmlErrorString``); a
+    bound method would refuse that with AttributeError.
+    """
+
+    def __init__(self, fake: DriverCore, name: str, impl: Callable[..., Any]) -> None:
+        self._fake = fake
+        self.__name__ = name
+        self._impl = impl
+        self.restype: Any = ctypes.c_int
+        self.argtypes: Any = None
+
+    def __call__(self, *args: Any) -> Any:
+        self._fake._count(self.__name__)
+        try:
+            result = self._impl(*args)
+        except Fail as fail:
+            return fail.code
+        return pynvml.NVML_SUCCESS if result is None else result
+
+    def __repr__(self) -> str:
+        return f"<fake NVML symbol {self.__name__}>"
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a handle token designates: a GPU, or one of its MIG instances."""
+
+    gpu: GpuSpec
+    mig: MigSpec | None = None
+
+    @property
+    def faults(self) -> Faults:
+        return self.mig.faults if self.mig is not None else self.gpu.faults
+
+
+def deref(ref: Any) -> Any:
+    """The ctypes object behind a ``byref()`` (or ``pointer()``) argument, to write into."""
+    obj = getattr(ref, "_obj", None)
+    return obj if obj is not None else ref.contents
+
+
+def arg_int(arg: Any) -> int:
+    """A by-value integer argument, whether pynvml wrapped it in a ctypes type or not."""
+    return int(getattr(arg, "value", arg))
+
+
+def write_handle(ref: Any, token: int) -> None:
+    ctypes.c_void_p.from_buffer(deref(ref)).value = token
+
+
+def token_of(handle: Any) -> int | None:
+    if handle is None:
+        return None
+    if isinstance(handle, int):
+        return handle
+    try:
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    except (TypeError, ctypes.ArgumentError):
+        return None
+
+
+def write_text(buf: Any, length: Any, text: str) -> None:
+    data = text.encode()
+    if len(data) + 1 > arg_int(length):
+        raise Fail(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
+    buf.value = data
+
+
+def gpu_token(index: int) -> int:
+    return (index + 1) << 8
+
+
+def mig_token(index: int, slot: int) -> int:
+    return ((index + 1) << 8) | (slot + 1)
+
+
+class DriverCore:
+    """Bookkeeping and checks shared by every NVML area of :class:`~otel_gpu.sim.FakeNvml`.
+
+    ``sleep`` is what ``slow`` faults and event-set waits block through; tests
+    pass a recorder so nothing really sleeps.
+    """
+
+    def __init__(self, scenario: Scenario, *,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.scenario = scenario
+        self.calls: collections.Counter[str] = collections.Counter()
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._sample = 0
+        self._init_depth = 0
+        self._event_sets: dict[int, EventSet] = {}
+        self._next_event_set = 0
+        self._targets: dict[int, Target] = {}
+        self._by_uuid: dict[str, int] = {}
+        for gpu in scenario.devices:
+            self._targets[gpu_token(gpu.index)] = Target(gpu)
+            self._by_uuid[gpu.uuid] = gpu_token(gpu.index)
+            for m in gpu.mig:
+                self._targets[mig_token(gpu.index, m.slot)] = Target(gpu, m)
+                self._by_uuid[m.uuid] = mig_token(gpu.index, m.slot)
+        for name in self.c_symbols():
+            setattr(self, name, Symbol(self, name, getattr(self, name)))
+
+    @classmethod
+    def c_symbols(cls) -> frozenset[str]:
+        """The C symbols this class implements (its methods marked with :func:`c_symbol`)."""
+        return frozenset(
+            name for name in dir(cls) if getattr(getattr(cls, name), "_c_symbol", False)
+        )
+
+    @classmethod
+    def device_symbols(cls) -> frozenset[str]:
+        """The symbols a scenario device's faults may name: every ``nvmlDevice*`` one but
+        the device count. Pass it to ``load_scenario`` for a subclass that adds some."""
+        return frozenset(
+            name for name in cls.c_symbols()
+            if name.startswith("nvmlDevice") and name not in SYSTEM_SYMBOLS
+        )
+
+    # --- bookkeeping --------------------------------------------------------------------
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self.calls[name] += 1
+            if name == "nvmlDeviceGetCount_v2":
+                self._sample += 1
+
+    @property
+    def total_calls(self) -> int:
+        with self._lock:
+            return sum(self.calls.values())
+
+    @property
+    def sample(self) -> int:
+        with self._lock:
+            return self._sample
+
+    # --- checks -------------------------------------------------------------------------
+
+    def check_system(self, symbol: str | None, *, need_init: bool = True) -> int:
+        """Checks shared by system-level symbols; returns the current sample."""
+        with self._lock:
+            sample, initialised = self._sample, self._init_depth > 0
+        if need_init and not initialised:
+            raise Fail(pynvml.NVML_ERROR_UNINITIALIZED)
+        code = self.scenario.faults.calls.get(symbol) if symbol else None
+        if code:
+            raise Fail(code)
+        return sample
+
+    def check_device(self, symbol: str, handle: Any) -> tuple[Target, int]:
+        """Checks shared by device-level symbols, in the order a driver would hit them.
+
+        Initialised, a known handle, then the scenario's faults for ``symbol``
+        on that GPU: ``lost_after``, ``slow``, ``unsupported`` /
+        ``no_permission`` / ``errors``, and NOT_SUPPORTED on a MIG handle for
+        a symbol outside ``MIG_SYMBOLS``. Returns what the handle designates
+        and the current sample.
+        """
+        sample = self.check_system(None)
+        target = self._targets.get(token_of(handle) or 0)
+        if target is None:
+            raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        self._check(symbol, target, sample)
+        return target, sample
+
+    def _check(self, symbol: str, target: Target, sample: int) -> None:
+        gpu = target.gpu
+        if gpu.lost_at(sample):
+            raise Fail(pynvml.NVML_ERROR_GPU_IS_LOST)
+        delay = sum(s.seconds for s in gpu.slow if s.function == symbol and sample > s.after)
+        if delay > 0:
+            self._sleep(delay)
+        code = target.faults.calls.get(symbol)
+        if code:
+            raise Fail(code)
+        if target.mig is not None and symbol not in MIG_SYMBOLS:
+            if symbol == "nvmlDeviceGetMigDeviceHandleByIndex":
+                raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    @staticmethod
+    def _uint(value: Value | None, sample: int, k: int, maximum: int = U32_MAX) -> int:
+        """A scenario reading as an unsigned integer; NOT_SUPPORTED when it is absent."""
+        if value is None:
+            raise Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return clamp(value.at(sample, k), maximum)

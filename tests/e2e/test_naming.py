@@ -1,0 +1,210 @@
+"""Naming profiles served by the real otel-gpu process."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from otel_gpu import sim
+from tests.support.exposition import parse_samples, series
+from tests.support.kubelet import container, devices, pod
+from tests.support.nvml import first_sample_values, profile_uuids
+from tests.support.process import run_cli, wait_until
+
+GOLDEN = Path(__file__).parent / "golden"
+DEFAULT_CSV = Path(__file__).parents[1] / "naming" / "fixtures" / "dcgm-default-counters.csv"
+DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname",
+               "DCGM_FI_DRIVER_VERSION"}
+# What promtool's linter says about dcgm-exporter's own names, which the profile
+# must keep: camelCase labels (UUID, modelName, Hostname, ...) and counters
+# without a _total suffix, and a name with "COUNTER" in it.
+INHERENT_LINT = re.compile(
+    r"^DCGM_FI_\w+ (label names should be written in 'snake_case' not 'camelCase'"
+    r"|counter metrics should have \"_total\" suffix"
+    r"|metric name should not include type 'counter')$"
+)
+
+
+def _wait_for(proc, name: str) -> str:
+    """The body once the first sample shows ``name`` (no self-metrics in dcgm-only mode)."""
+    return wait_until(lambda: (lambda t: t if series(t, name) else None)(proc.metrics()),
+                      what=name)
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian prometheus)")
+def test_dcgm_profile_serves_dcgm_exporters_names_units_and_labels(collector):
+    proc = collector("--simulate", "h100x8", "--naming", "dcgm", "--node-name", "gpu-node-1",
+                     interval="1h")
+    text = _wait_for(proc, "DCGM_FI_DEV_GPU_TEMP")
+    assert "hw_power_watts" not in text and "DCGM_FI_DEV_GPU_TEMP" in text
+    lint = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
+                          text=True, timeout=60)
+    findings = [ln for ln in (lint.stdout + lint.stderr).splitlines() if ln.strip()]
+    assert lint.returncode in (0, 3), lint.stderr  # 1 would be a parse error
+    unexpected = [ln for ln in findings if not INHERENT_LINT.match(ln)]
+    assert unexpected == [], unexpected
+    expected = first_sample_values("h100x8")
+    by_uuid = lambda name: {lab["UUID"]: (lab, v) for lab, v in series(text, name)}  # noqa: E731
+    for uuid, want in expected.items():
+        labels, temp = by_uuid("DCGM_FI_DEV_GPU_TEMP")[uuid]
+        assert set(labels) == DCGM_LABELS
+        assert labels["Hostname"] == "gpu-node-1"
+        assert labels["modelName"] == "NVIDIA H100 80GB HBM3"
+        assert labels["device"] == f"nvidia{labels['gpu']}"
+        assert temp == want["temp"]
+        assert by_uuid("DCGM_FI_DEV_POWER_USAGE")[uuid][1] == pytest.approx(want["power_w"])
+        assert by_uuid("DCGM_FI_DEV_FB_USED")[uuid][1] == pytest.approx(
+            want["used"] / 2**20)
+    for name in ("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK",
+                 "DCGM_FI_DEV_GPU_UTIL"):
+        assert len(series(text, name)) == 8, name
+    assert "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter" in text
+
+
+def test_three_profiles_from_one_sample(collector, kubelet):
+    uuids = profile_uuids("h100x8")
+    kubelet.set_pods([pod("train", container("main", devices("nvidia.com/gpu", uuids[5])))])
+    proc = collector("--simulate", "h100x8", "--naming", "otel,dcgm,kubelet",
+                     "--kubelet-socket", kubelet.socket_path, "--kubelet-interval", "0.1",
+                     interval="1h")
+    text = _wait_for(proc, "container_accelerator_memory_used_bytes")
+    assert series(text, "otel_gpu_samples_total")[0][1] == 1
+    otel = {lab["hw_id"]: v for lab, v in series(text, "hw_gpu_memory_usage_bytes")}
+    dcgm = {lab["UUID"]: v for lab, v in series(text, "DCGM_FI_DEV_FB_USED")}
+    assert len(otel) == 8 and {k: v / 2**20 for k, v in otel.items()} == pytest.approx(dcgm)
+    ((labels, used),) = series(text, "container_accelerator_memory_used_bytes")
+    assert labels == {"container": "main", "namespace": "default", "pod": "train",
+                      "make": "nvidia", "model": "NVIDIA H100 80GB HBM3", "acc_id": uuids[5]}
+    assert used == otel[uuids[5]]
+    ((_, total),) = series(text, "container_accelerator_memory_total_bytes")
+    free = {lab["hw_id"]: v for lab, v in series(text, "nvidia_gpu_memory_free_bytes")}
+    assert total == used + free[uuids[5]]
+    ((_, duty),) = series(text, "container_accelerator_duty_cycle")
+    util = series(text, "hw_gpu_utilization", hw_id=uuids[5], hw_gpu_task="general")[0][1]
+    assert duty == pytest.approx(100 * util)
+
+
+def test_default_counters_file_and_what_cannot_be_exported(collector):
+    proc = collector("--simulate", "t4", "--naming", "dcgm", "-f", str(DEFAULT_CSV))
+    text = _wait_for(proc, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
+    assert series(text, "DCGM_FI_DEV_GPU_TEMP")
+    assert series(text, "DCGM_FI_DEV_FB_RESERVED") == []  # not in that file
+    lines = [ln for ln in proc.lines if "DCGM_FI_DEV_VGPU_LICENSE_STATUS" in ln]
+    assert len(lines) == 1 and "vGPU guest" in lines[0]
+
+
+def test_malformed_counters_file_exits_2_naming_the_line(tmp_path):
+    path = tmp_path / "counters.csv"
+    path.write_text("# fields\nDCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_POWER_USAGE\n")
+    code, _, err = run_cli("--simulate", "t4", "--naming", "dcgm", "--collectors", str(path),
+                           "--listen", "127.0.0.1:0")
+    errors = [ln for ln in err.splitlines() if ln.startswith("otel-gpu: error:")]
+    assert code == 2 and len(errors) == 1 and "Traceback" not in err
+    assert f"collectors file {path}: line 3:" in errors[0]
+
+
+def test_bad_naming_profile_is_one_line():
+    code, _, err = run_cli("--simulate", "t4", "--naming", "otel,datadog")
+    assert code == 2 and err.strip().splitlines() == [
+        "otel-gpu: error: naming (from flag --naming): expected otel, dcgm and/or kubelet, "
+        "got 'datadog'"]
+
+
+# --- golden exposition of the OpenTelemetry names -------------------------------------
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)(?: -?\d+)?$")
+# What differs from run to run (or release to release), not with the names or the scenario.
+_VARYING_VALUE = re.compile(r"^otel_gpu_\w*(?:_seconds|_requests_total)$")
+_VARYING_LABEL = re.compile(
+    r'\b(host_name|service_instance_id|service_version|telemetry_sdk_version)="(?:[^"\\]|\\.)*"'
+)
+VARIES = "<varies>"
+
+
+def _normalised(text: str) -> str:
+    """The exposition with what varies between runs replaced by ``<varies>``: ages,
+    durations, request counts, the Resource's instance id, host and versions, any
+    timestamp. Families are sorted by name and each family's samples sorted: the
+    SDK lists a family when it first had data, which depends on whether the first
+    scrape came before the kubelet's first answer.
+    """
+    families: dict[str, list[str]] = {}
+    samples: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if line.startswith("#"):
+            name = line.split()[2]
+            families.setdefault(name, []).append(line)
+            samples.setdefault(name, [])
+            continue
+        match = _SAMPLE.match(line)
+        assert match, f"not an exposition line: {line!r}"
+        name, labels, value = match.groups()
+        labels = _VARYING_LABEL.sub(rf'\1="{VARIES}"', labels or "")
+        value = VARIES if _VARYING_VALUE.match(name) else value
+        family = next((f for f in families if name in (f, f + "_total")), name)
+        samples.setdefault(family, []).append(f"{name}{labels} {value}")
+    out = []
+    for name in sorted(samples):
+        out += families.get(name, []) + sorted(samples[name])
+    return "\n".join(out) + "\n"
+
+
+def _golden_pods(scenario: str) -> tuple[list, dict[str, str]]:
+    """The pods of the dcgm and kubelet golden expositions (tests/naming/test_naming.py),
+    and the devices held whole by one of them: uuid -> pod name.
+    """
+    def held(name: str, resource: str, device_id: str):
+        return pod(name, container("main", devices(resource, device_id)), namespace="ml")
+
+    if scenario == "h100x8":
+        uuids = profile_uuids("h100x8")
+        pods = ([held(f"train-{i}", "nvidia.com/gpu", uuids[i]) for i in range(3)]
+                + [held(f"infer-{i}", "nvidia.com/gpu", f"{uuids[7]}::{i}") for i in range(3)])
+        return pods, {uuids[i]: f"train-{i}" for i in range(3)}
+    gpus = sim.load_scenario(scenario).devices
+    mig = {m.gpu_instance_id: m.uuid for m in gpus[0].mig}
+    pods = [held("big", "nvidia.com/mig-3g.20gb", mig[1]),
+            held("small", "nvidia.com/mig-1g.5gb", mig[13]),
+            held("whole", "nvidia.com/gpu", gpus[1].uuid)]
+    return pods, {mig[1]: "big", mig[13]: "small", gpus[1].uuid: "whole"}
+
+
+@pytest.mark.parametrize("scenario", ["h100x8", "a100-mig"])
+def test_golden_otel_exposition(collector, kubelet, scenario):
+    pods, owners = _golden_pods(scenario)
+    kubelet.set_pods(pods)
+    proc = collector("--simulate", scenario, "--naming", "otel", "--node-name", "gpu-node-1",
+                     "--kubelet-socket", kubelet.socket_path, "--kubelet-interval", "1h",
+                     interval="1h")
+    rows = sum(len(c.devices[0].device_ids) for p in pods for c in p.containers)
+
+    def attributed():
+        """The body once every device series shows the kubelet's answer (a scrape while
+        the pods are joined to the sample can mix series from before and after).
+        """
+        text = proc.metrics()
+        if series(text, "otel_gpu_kubelet_pods") != [({}, float(len(pods)))]:
+            return None
+        if len(series(text, "nvidia_gpu_k8s_allocation")) != rows:
+            return None
+        for name, labels, _ in parse_samples(text):
+            if "hw_id" in labels and name != "nvidia_gpu_k8s_allocation" and (
+                    labels.get("k8s_pod_name", "") != owners.get(labels["hw_id"], "")):
+                return None
+        return text
+
+    raw = wait_until(attributed, what="the pods on every series of the first sample")
+    assert series(raw, "otel_gpu_samples_total") == [({}, 1.0)]
+    text = _normalised(raw)
+    path = GOLDEN / f"otel-{scenario}.prom"
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert text == path.read_text(), f"{path.name} differs; UPDATE_GOLDEN=1 rewrites it"

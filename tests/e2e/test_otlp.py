@@ -1,0 +1,258 @@
+"""The real otel-gpu process pushing OTLP to a real receiver, with a fake kubelet."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from tests.support.certs import make_certs
+from tests.support.exposition import series
+from tests.support.kubelet import container, devices, pod
+from tests.support.nvml import profile_uuids
+from tests.support.otlp_receiver import OtlpReceiver, resource_groups
+from tests.support.process import wait_until
+
+H100 = profile_uuids("h100x8")
+POD_KEYS = ("k8s.pod.name", "k8s.namespace.name", "k8s.container.name")
+FAST_EXPORT = {"OTEL_METRIC_EXPORT_INTERVAL": "300", "OTEL_EXPORTER_OTLP_TIMEOUT": "2"}
+
+
+@pytest.fixture
+def kubelet(kubelet):
+    """The shared fake kubelet, with four pods on the first four GPUs."""
+    kubelet.set_pods([
+        pod(f"train-{i}", container("main", devices("nvidia.com/gpu", H100[i], numa=0)),
+            namespace="ml")
+        for i in range(4)
+    ])
+    return kubelet
+
+
+def _pod_groups(req) -> list[dict]:
+    return [g for g in resource_groups(req) if "k8s.pod.name" in g]
+
+
+def _with_pods(count: int):
+    return lambda req: len(_pod_groups(req)) == count
+
+
+def _rows_by_id(req, metric: str) -> dict[str, float]:
+    return {r.attributes["hw.id"]: r.value for r in req.rows() if r.metric == metric}
+
+
+def test_one_resource_per_pod_plus_the_node(collector, receiver, kubelet):
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.http_endpoint, "NODE_NAME": "gpu-node-7",
+           **FAST_EXPORT}
+    proc = collector("--simulate", "h100x8", "--kubelet-socket", kubelet.socket_path,
+                     "--kubelet-interval", "0.1", env=env, interval="1h")
+    (req,) = receiver.wait_for(_with_pods(4), timeout=30)
+    assert req.transport == "http" and req.content_type == "application/x-protobuf"
+    groups = resource_groups(req)
+    assert len(groups) == 5
+    node = [g for g in groups if "k8s.pod.name" not in g]
+    assert len(node) == 1
+    for group in groups:
+        assert group["k8s.node.name"] == "gpu-node-7"
+        assert group["service.name"] == "otel-gpu" and group["host.name"]
+    pods = sorted((g["k8s.pod.name"], g["k8s.namespace.name"], g["k8s.container.name"])
+                  for g in _pod_groups(req))
+    assert pods == [(f"train-{i}", "ml", "main") for i in range(4)]
+    rows = req.rows()
+    # each pod's GPU series sit under its Resource, with the pod taken off the points
+    for row in rows:
+        assert not set(POD_KEYS) & set(row.attributes), row
+        if row.metric == "hw.power":
+            index = H100.index(row.attributes["hw.id"])
+            expected = f"train-{index}" if index < 4 else None
+            assert row.resource.get("k8s.pod.name") == expected
+    assert {r.metric for r in rows if "k8s.pod.name" not in r.resource} >= {
+        "otel_gpu.samples", "hw.power"}
+    # names, units, kinds, temporality
+    kinds = {r.metric: (r.kind, r.monotonic, r.temporality, r.unit) for r in rows}
+    assert kinds["hw.energy"] == ("sum", True, "CUMULATIVE", "J")
+    assert kinds["hw.gpu.memory.usage"] == ("sum", False, "CUMULATIVE", "By")
+    assert kinds["hw.power"][0::3] == ("gauge", "W")
+    assert kinds["hw.temperature"][0::3] == ("gauge", "Cel")
+    # the same values as the Prometheus endpoint (one sample only: interval 1h)
+    text = proc.metrics()
+    for otlp_name, prom_name in (("hw.gpu.memory.usage", "hw_gpu_memory_usage_bytes"),
+                                 ("hw.power", "hw_power_watts"),
+                                 ("hw.energy", "hw_energy_joules_total")):
+        prom = {lab["hw_id"]: v for lab, v in series(text, prom_name)}
+        assert _rows_by_id(req, otlp_name) == pytest.approx(prom), otlp_name
+        assert len(prom) == 8
+
+
+def test_attributes_mode_keeps_one_resource(collector, receiver, kubelet):
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.http_endpoint, **FAST_EXPORT}
+    collector("--simulate", "h100x8", "--kubelet-socket", kubelet.socket_path,
+              "--kubelet-interval", "0.1", "--pod-identity", "attributes", env=env)
+
+    def pods_on_points(req):
+        return any(r.attributes.get("k8s.pod.name") == "train-3" for r in req.rows())
+
+    (req,) = receiver.wait_for(pods_on_points, timeout=30)
+    assert len(resource_groups(req)) == 1
+
+
+def test_http_gzip_headers_from_a_file_and_delta(collector, receiver, tmp_path):
+    secret = tmp_path / "headers"
+    secret.write_text("authorization=Bearer s3cr3t-t0ken\n")
+    env = {**receiver.env("http/protobuf"), "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip",
+           "OTEL_EXPORTER_OTLP_HEADERS": "x-tenant=team-a", **FAST_EXPORT}
+    proc = collector("--simulate", "t4", "--otlp-headers-file", str(secret),
+                     "--otlp-temporality", "delta", env=env)
+    (req,) = receiver.wait_for(lambda r: "hw.energy" in r.metric_names(), timeout=30)
+    assert req.gzipped
+    assert req.headers["authorization"] == "Bearer s3cr3t-t0ken"
+    assert req.headers["x-tenant"] == "team-a"
+    temporality = {r.metric: r.temporality for r in req.rows()}
+    assert temporality["hw.energy"] == "DELTA"
+    assert temporality["hw.gpu.memory.usage"] == "CUMULATIVE"  # up-down counters stay
+    assert "s3cr3t" not in proc.log
+
+
+def test_grpc_with_tls(collector, tmp_path):
+    certs = make_certs(tmp_path)
+    with OtlpReceiver.with_tls(certs, mtls=True) as rx:
+        env = {**rx.env("grpc"), **FAST_EXPORT}
+        collector("--simulate", "a100-mig", env=env)
+        (req,) = rx.wait_for(lambda r: "hw.gpu.memory.usage" in r.metric_names(), timeout=30)
+        assert req.transport == "grpc"
+        assert req.client_cert_cn == certs.client_common_name
+        migs = {r.attributes["hw.id"] for r in req.rows()
+                if r.metric == "hw.gpu.memory.usage" and "hw.parent" in r.attributes}
+        assert len(migs) == 4
+
+
+def test_http_with_tls_and_our_settings_beat_requests_ca_bundle(collector, tmp_path):
+    certs = make_certs(tmp_path)
+    with OtlpReceiver.with_tls(certs, mtls=True, grpc=False) as rx:
+        env = {"REQUESTS_CA_BUNDLE": "/etc/ssl/certs/ca-certificates.crt",
+               "CURL_CA_BUNDLE": "/etc/ssl/certs/ca-certificates.crt", **FAST_EXPORT}
+        collector("--simulate", "t4", "--otlp-endpoint", rx.http_endpoint,
+                  "--otlp-certificate", str(certs.ca_cert),
+                  "--otlp-client-certificate", str(certs.client_cert),
+                  "--otlp-client-key", str(certs.client_key), env=env)
+        (req,) = rx.wait_for(timeout=30)
+        assert req.transport == "http" and req.client_cert_cn == certs.client_common_name
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_partial_success_is_logged(collector, receiver, protocol):
+    receiver.partial_success(3, "hw.power: unit not allowed here")
+    proc = collector("--simulate", "t4", env={**receiver.env(protocol), **FAST_EXPORT})
+    receiver.wait_for(timeout=30)
+    wait_until(lambda: "3 data point(s) rejected: hw.power: unit not allowed here" in proc.log,
+               what="the partial-success log line")
+
+
+def test_retries_when_the_backend_answers_errors(collector, receiver):
+    receiver.fail_next(2, grpc.StatusCode.UNAVAILABLE, retry_after=0.1)
+    proc = collector("--simulate", "t4", env={**receiver.env("grpc"), **FAST_EXPORT})
+    receiver.wait_for(timeout=30)
+    failed = [a for a in receiver.attempts if not a.accepted]
+    assert len(failed) == 2
+    assert proc.get("/metrics")[0] == 200
+
+
+def test_final_export_on_sigterm(collector, receiver):
+    env = {**receiver.env("http/protobuf"), "OTEL_METRIC_EXPORT_INTERVAL": "3600000"}
+    proc = collector("--simulate", "h100x8", env=env)
+    proc.wait_sample(1)
+    assert receiver.requests == []  # nothing due before an hour
+    code, elapsed = proc.stop()
+    assert code == 0 and elapsed < 5.0, proc.log
+    (req,) = receiver.wait_for(timeout=1)
+    assert "hw.power" in req.metric_names()
+
+
+def test_otlp_only_still_answers_health(collector, receiver):
+    proc = collector("--simulate", "t4", "--exporters", "otlp",
+                     env={**receiver.env("grpc"), **FAST_EXPORT})
+    receiver.wait_for(timeout=30)
+    assert proc.get("/metrics")[0] == 404
+    wait_until(lambda: proc.get("/readyz")[0] == 200, what="readiness")
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+LOG_WINDOW_S = 0.5
+_FAILURES = ("Transient error", "Failed to export")
+
+
+def _suppressed(line: str) -> int:
+    """The count in a rate-limited line's "(N similar messages suppressed)" suffix."""
+    head, sep, _ = line.rpartition(" similar messages suppressed)")
+    return int(head.rpartition("(")[2]) if sep else 0
+
+
+def test_backend_down_for_many_exports(collector, receiver):
+    """An outage of hundreds of failed exports and many log windows, in seconds.
+
+    Exports run every 50 ms and the window in which a library message is let
+    through once is cut to 0.5 s by the internal _OTEL_GPU_LIBRARY_LOG_WINDOW
+    variable (a minute otherwise), so the limit is crossed many times over.
+    """
+    env = {**receiver.env("grpc"), "OTEL_METRIC_EXPORT_INTERVAL": "50",
+           "OTEL_EXPORTER_OTLP_TIMEOUT": "1", "_OTEL_GPU_LIBRARY_LOG_WINDOW": str(LOG_WINDOW_S)}
+    proc = collector("--simulate", "h100x8", env=env, interval="0.2")
+    batch_bytes = receiver.wait_for(timeout=30)[0].request.ByteSize()
+    scrapes = 0
+
+    def failed_attempts() -> int:
+        return sum(not attempt.accepted for attempt in receiver.attempts)
+
+    def scrape_until(done) -> None:
+        nonlocal scrapes
+        deadline = time.monotonic() + 30
+        while not done():
+            assert proc.get("/metrics", timeout=5)[0] == 200
+            scrapes += 1
+            assert time.monotonic() < deadline, "exports stopped failing:\n" + proc.log
+            time.sleep(0.01)  # scrape pacing, leaving the collector the CPU to export
+
+    # down, answering UNAVAILABLE with a 5 ms retry delay: each export makes six attempts,
+    # logging five "Transient error" warnings, then "Failed to export"
+    down_since, first_line = time.monotonic(), len(proc.lines)
+    receiver.fail_next(100_000, grpc.StatusCode.UNAVAILABLE, retry_after=0.005)
+    scrape_until(lambda: failed_attempts() >= 30)  # past the first failures' allocations
+    baseline, counted_from = _rss_kib(proc.proc.pid), failed_attempts()
+    scrape_until(lambda: failed_attempts() >= counted_from + 200)
+    attempts = failed_attempts() - counted_from
+    # then gone altogether: connection refused, with the SDK's own backoff
+    receiver.stop()
+    receiver.reset_answers()
+    refused_until = time.monotonic() + 1.5
+    scrape_until(lambda: time.monotonic() > refused_until)
+    grown_kib = _rss_kib(proc.proc.pid) - baseline
+    lines = [ln for ln in proc.lines[first_line:] if any(f in ln for f in _FAILURES)]
+    windows = (time.monotonic() - down_since) / LOG_WINDOW_S  # after the lines were taken
+
+    # memory: keeping each failed request would have taken attempts * batch_bytes
+    bound_kib = 16 * 1024
+    assert attempts * batch_bytes > bound_kib * 1024, "too few failures to tell a leak"
+    assert grown_kib < bound_kib, f"memory grew {grown_kib} KiB over {attempts} failed attempts"
+    assert scrapes > 100
+    # each message at most once per window (plus the first), and that limit did bite:
+    # without it, far more lines than it allows would have been written
+    for failure in _FAILURES:
+        logged = sum(failure in ln for ln in lines)
+        assert 0 < logged <= windows + 1, (
+            f"{failure!r} logged {logged} times in {windows:.1f} windows:\n" + proc.log
+        )
+    held_back = sum(_suppressed(ln) for ln in lines)
+    assert len(lines) + held_back > len(_FAILURES) * (windows + 1), proc.log
+    # back up on the same port: delivery resumes
+    receiver.clear()
+    receiver.start()
+    req = receiver.wait_for(timeout=30)[0]
+    assert "hw.power" in req.metric_names()

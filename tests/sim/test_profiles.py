@@ -1,0 +1,127 @@
+"""The built-in profiles, played through pynvml: what each machine looks like."""
+
+from __future__ import annotations
+
+import pynvml
+import pytest
+
+from otel_gpu.sim import builtin_profiles
+from tests.sim.conftest import field, handles, next_sample, token
+
+
+def test_builtin_profiles_are_listed_sorted():
+    assert builtin_profiles() == ["a100-mig", "h100x8", "t4"]
+
+
+@pytest.mark.parametrize(("profile", "count", "model"), [
+    ("h100x8", 8, "NVIDIA H100 80GB HBM3"),
+    ("a100-mig", 3, "NVIDIA A100-SXM4-40GB"),
+    ("t4", 2, "Tesla T4"),
+])
+def test_profile_loads_and_enumerates(nvml, profile, count, model):
+    nvml(profile)
+    assert pynvml.nvmlDeviceGetCount() == count
+    hs = handles()
+    assert [pynvml.nvmlDeviceGetName(h) for h in hs] == [model] * count
+    uuids = [pynvml.nvmlDeviceGetUUID(h) for h in hs]
+    assert len(set(uuids)) == count and all(u.startswith("GPU-") for u in uuids)
+    bus_ids = [pynvml.nvmlDeviceGetPciInfo(h).busId for h in hs]
+    assert len(set(bus_ids)) == count
+    assert [pynvml.nvmlDeviceGetIndex(h) for h in hs] == list(range(count))
+    assert [pynvml.nvmlDeviceGetMinorNumber(h) for h in hs] == list(range(count))
+    for i, uuid in enumerate(uuids):
+        assert pynvml.nvmlDeviceGetIndex(pynvml.nvmlDeviceGetHandleByUUID(uuid)) == i
+    assert isinstance(pynvml.nvmlSystemGetDriverVersion(), str)
+    assert len({token(h) for h in hs}) == count
+
+
+def test_h100x8_has_distinct_readings_per_gpu(nvml):
+    nvml("h100x8")
+    next_sample()
+    hs = handles()
+    readings = {
+        "temperature": [pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
+                        for h in hs],
+        "power": [pynvml.nvmlDeviceGetPowerUsage(h) for h in hs],
+        "memory.used": [pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2).used
+                        for h in hs],
+        "util.gpu": [pynvml.nvmlDeviceGetUtilizationRates(h).gpu for h in hs],
+        "clock.sm": [pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM) for h in hs],
+        "clock.graphics": [pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_GRAPHICS)
+                           for h in hs],
+        "memory_temp": [field(h, "MEMORY_TEMP").value.ullVal for h in hs],
+    }
+    for name, values in readings.items():
+        assert len(set(values)) == 8, (name, values)
+    assert readings["temperature"] == [31, 33, 35, 37, 39, 41, 43, 45]
+    mem = pynvml.nvmlDeviceGetMemoryInfo(hs[0], version=pynvml.nvmlMemory_v2)
+    assert mem.total == 85520809984
+    assert mem.free == mem.total - mem.used - mem.reserved
+
+
+def test_h100x8_topology_fan_and_processes(nvml):
+    nvml("h100x8")
+    next_sample()
+    hs = handles()
+    assert [pynvml.nvmlDeviceGetNumaNodeId(h) for h in hs] == [0] * 4 + [1] * 4
+    for h in hs:
+        with pytest.raises(pynvml.NVMLError_NotSupported):
+            pynvml.nvmlDeviceGetFanSpeed(h)
+        with pytest.raises(pynvml.NVMLError_NotSupported):
+            pynvml.nvmlDeviceGetMigMode(h)
+    pids = [sorted(p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)) for h in hs]
+    assert pids == [[4242, 4243], [], [], [], [], [5151], [], []]
+
+
+H100_COUNTERS = ("TOTAL_ENERGY_CONSUMPTION", "PCIE_COUNT_TX_BYTES", "PCIE_COUNT_RX_BYTES",
+                 "NVLINK_THROUGHPUT_DATA_TX", "NVLINK_THROUGHPUT_DATA_RX",
+                 "PCIE_REPLAY_COUNTER", "ECC_SBE_VOL_TOTAL")
+
+def test_h100x8_counters_rise_with_samples(nvml):
+    nvml("h100x8")
+    ids = [getattr(pynvml, f"NVML_FI_DEV_{n}") for n in H100_COUNTERS]
+    ids.append(pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL)
+    series = []
+    for _ in range(3):
+        next_sample()
+        entries = pynvml.nvmlDeviceGetFieldValues(pynvml.nvmlDeviceGetHandleByIndex(3), ids)
+        assert all(e.nvmlReturn == pynvml.NVML_SUCCESS for e in entries)
+        assert all(e.valueType == pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG for e in entries)
+        series.append([e.value.ullVal for e in entries])
+    for i, name in enumerate(H100_COUNTERS):
+        assert series[0][i] < series[1][i] < series[2][i], name
+    assert [s[-1] for s in series] == [0, 0, 0]  # no double-bit errors, ever
+
+
+def test_h100x8_remap_fields_supported(nvml):
+    nvml("h100x8")
+    next_sample()
+    names = ["REMAPPED_COR", "REMAPPED_UNC", "REMAPPED_PENDING", "REMAPPED_FAILURE"]
+    entries = pynvml.nvmlDeviceGetFieldValues(
+        pynvml.nvmlDeviceGetHandleByIndex(2), [getattr(pynvml, f"NVML_FI_DEV_{n}") for n in names]
+    )
+    assert [e.nvmlReturn for e in entries] == [pynvml.NVML_SUCCESS] * 4
+    assert [e.value.ullVal for e in entries] == [2, 0, 0, 0]
+
+
+def test_t4_lacks_what_t4_lacks(nvml):
+    nvml("t4")
+    next_sample()
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    missing = ["MEMORY_TEMP", "NVLINK_THROUGHPUT_DATA_TX", "NVLINK_THROUGHPUT_DATA_RX",
+               "REMAPPED_COR", "REMAPPED_UNC", "REMAPPED_PENDING", "REMAPPED_FAILURE",
+               "PCIE_COUNT_TX_BYTES", "PCIE_COUNT_RX_BYTES"]
+    ids = [pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION]
+    ids += [getattr(pynvml, f"NVML_FI_DEV_{n}") for n in missing]
+    entries = pynvml.nvmlDeviceGetFieldValues(h, ids)
+    assert entries[0].nvmlReturn == pynvml.NVML_SUCCESS and entries[0].value.ullVal > 0
+    assert [e.nvmlReturn for e in entries[1:]] == [pynvml.NVML_ERROR_NOT_SUPPORTED] * len(missing)
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        pynvml.nvmlDeviceGetFanSpeed(h)
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        pynvml.nvmlDeviceGetMigMode(h)
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        pynvml.nvmlDeviceGetMaxMigDeviceCount(h)
+    encoder, period = pynvml.nvmlDeviceGetEncoderUtilization(h)
+    assert (encoder, period) == (5, 167000)
+    assert pynvml.nvmlDeviceGetDecoderUtilization(pynvml.nvmlDeviceGetHandleByIndex(1))[0] == 32

@@ -1,0 +1,469 @@
+"""A fake kubelet Pod Resources server for tests: real gRPC on a real unix socket.
+
+It serves the project's own schema (``v1`` List, GetAllocatableResources and
+Get; ``v1alpha1`` List) from data a test can change at any time (setters are
+thread-safe), counts calls per RPC, and can misbehave on request: answer v1
+with UNIMPLEMENTED (a pre-1.20 kubelet), fail the next N calls with a given
+status, or stop (removing the socket) and start again on the same path like a
+restarting kubelet.
+
+Library use::
+
+    from tests.support.kubelet import FakeKubelet, pod, container, devices
+
+    with FakeKubelet() as kubelet:
+        kubelet.set_pods([pod("train", container("main", devices("nvidia.com/gpu", "GPU-...")))])
+        watcher = PodResourcesWatcher(kubelet.socket_path)
+
+Manual use (reload the scenario with SIGHUP, stop with SIGINT/SIGTERM)::
+
+    python -m tests.support.kubelet --socket /tmp/kl/kubelet.sock --scenario pods.yaml
+
+(from the repository root).
+
+Scenario YAML::
+
+    v1_unimplemented: false           # optional
+    pods:
+      - name: train
+        namespace: default            # optional
+        containers:
+          - name: main
+            cpu_ids: [0, 1]           # optional
+            devices:
+              - {resource: nvidia.com/gpu, ids: [GPU-...], numa: [0]}
+            claims:                   # optional, DRA
+              - name: gpu-claim
+                namespace: default
+                devices: [{driver: gpu.nvidia.com, pool: node-1, device: gpu-0}]
+    allocatable:
+      - {resource: nvidia.com/gpu, ids: [GPU-...], numa: [0]}
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from otel_gpu.k8s._proto.podresources.v1 import api_pb2 as v1_pb2
+from otel_gpu.k8s._proto.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
+from tests.support.process import wait_until
+
+__all__ = [
+    "RPCS",
+    "V1_ALLOCATABLE",
+    "V1_GET",
+    "V1_LIST",
+    "V1ALPHA1_LIST",
+    "FakeKubelet",
+    "claim",
+    "claim_device",
+    "container",
+    "devices",
+    "pod",
+    "pods_from_scenario",
+]
+
+V1_LIST = "v1/List"
+V1_ALLOCATABLE = "v1/GetAllocatableResources"
+V1_GET = "v1/Get"
+V1ALPHA1_LIST = "v1alpha1/List"
+RPCS = (V1_LIST, V1_ALLOCATABLE, V1_GET, V1ALPHA1_LIST)
+
+RATE_LIMITED = (grpc.StatusCode.RESOURCE_EXHAUSTED, "rejected by rate limit")
+
+# --------------------------------------------------------------------------- builders
+
+
+def devices(
+    resource_name: str, *device_ids: str, numa: int | Sequence[int] | None = None
+) -> v1_pb2.ContainerDevices:
+    """A ``ContainerDevices`` entry; ``numa`` unset means no topology at all."""
+    msg = v1_pb2.ContainerDevices(resource_name=resource_name, device_ids=list(device_ids))
+    if numa is not None:
+        nodes = [numa] if isinstance(numa, int) else list(numa)
+        msg.topology.SetInParent()  # present even with no nodes
+        msg.topology.nodes.extend(v1_pb2.NUMANode(ID=n) for n in nodes)
+    return msg
+
+
+def claim_device(
+    device_name: str,
+    *,
+    driver: str = "gpu.nvidia.com",
+    pool: str = "node-1",
+    cdi: Iterable[str] = (),
+    share_id: str | None = None,
+) -> v1_pb2.ClaimResource:
+    msg = v1_pb2.ClaimResource(
+        driver_name=driver,
+        pool_name=pool,
+        device_name=device_name,
+        cdi_devices=[v1_pb2.CDIDevice(name=n) for n in cdi],
+    )
+    if share_id is not None:
+        msg.share_id = share_id
+    return msg
+
+
+def claim(
+    claim_name: str, *resources: v1_pb2.ClaimResource, namespace: str = "default"
+) -> v1_pb2.DynamicResource:
+    return v1_pb2.DynamicResource(
+        claim_name=claim_name, claim_namespace=namespace, claim_resources=list(resources)
+    )
+
+
+def container(
+    name: str,
+    *devs: v1_pb2.ContainerDevices,
+    cpu_ids: Iterable[int] = (),
+    claims: Iterable[v1_pb2.DynamicResource] = (),
+) -> v1_pb2.ContainerResources:
+    return v1_pb2.ContainerResources(
+        name=name, devices=list(devs), cpu_ids=list(cpu_ids), dynamic_resources=list(claims)
+    )
+
+
+def pod(
+    name: str, *containers: v1_pb2.ContainerResources, namespace: str = "default"
+) -> v1_pb2.PodResources:
+    return v1_pb2.PodResources(name=name, namespace=namespace, containers=list(containers))
+
+
+def _to_v1alpha1(pods: Sequence[v1_pb2.PodResources]) -> v1alpha1_pb2.ListPodResourcesResponse:
+    """What an old kubelet would say: devices only."""
+    out = v1alpha1_pb2.ListPodResourcesResponse()
+    for p in pods:
+        ap = out.pod_resources.add(name=p.name, namespace=p.namespace)
+        for c in p.containers:
+            ac = ap.containers.add(name=c.name)
+            for d in c.devices:
+                ac.devices.add(resource_name=d.resource_name, device_ids=list(d.device_ids))
+    return out
+
+
+# --------------------------------------------------------------------------- server
+
+
+class FakeKubelet:
+    """A Pod Resources server on a unix socket, scripted by the test.
+
+    Without ``socket_path`` it makes a short directory under /tmp (unix socket
+    paths are limited to 108 bytes, pytest's tmp_path is often longer) and
+    removes it on :meth:`close`.
+    """
+
+    def __init__(self, socket_path: str | os.PathLike[str] | None = None, workers: int = 8):
+        self._own_dir: str | None = None
+        if socket_path is None:
+            self._own_dir = tempfile.mkdtemp(dir="/tmp", prefix="kl")
+            socket_path = os.path.join(self._own_dir, "kubelet.sock")
+        self.socket_path = os.fspath(socket_path)
+        if len(self.socket_path.encode()) >= 108:
+            raise ValueError(f"unix socket path too long: {self.socket_path}")
+        self._workers = workers
+        self._lock = threading.Lock()
+        self._server: grpc.Server | None = None
+        self._pods: tuple[v1_pb2.PodResources, ...] = ()
+        self._v1_reply = b""
+        self._v1alpha1_reply = b""
+        self._allocatable_reply = b""
+        self._calls: dict[str, int] = dict.fromkeys(RPCS, 0)
+        self._failures: list[tuple[str | None, grpc.StatusCode, str]] = []
+        self.v1_unimplemented = False
+        self.allocatable_unimplemented = False
+        self.get_enabled = True
+        self.list_delay = 0.0
+        """Seconds each List waits before answering (to test deadlines)."""
+
+    # ------------------------------------------------------------------ data
+
+    def set_pods(self, pods: Iterable[v1_pb2.PodResources]) -> None:
+        """Replace what List and Get answer (serialised once, here)."""
+        pods = tuple(pods)
+        v1 = v1_pb2.ListPodResourcesResponse(pod_resources=list(pods)).SerializeToString()
+        alpha = _to_v1alpha1(pods).SerializeToString()
+        with self._lock:
+            self._pods, self._v1_reply, self._v1alpha1_reply = pods, v1, alpha
+
+    def set_allocatable(
+        self, devs: Iterable[v1_pb2.ContainerDevices], cpu_ids: Iterable[int] = ()
+    ) -> None:
+        reply = v1_pb2.AllocatableResourcesResponse(
+            devices=list(devs), cpu_ids=list(cpu_ids)
+        ).SerializeToString()
+        with self._lock:
+            self._allocatable_reply = reply
+
+    def set_v1_unimplemented(self, value: bool = True) -> None:
+        """Answer every v1 RPC with UNIMPLEMENTED, like a kubelet before 1.20."""
+        with self._lock:
+            self.v1_unimplemented = value
+
+    def fail_next(
+        self,
+        n: int,
+        code: grpc.StatusCode = RATE_LIMITED[0],
+        details: str = RATE_LIMITED[1],
+        rpc: str | None = None,
+    ) -> None:
+        """Fail the next ``n`` calls (of ``rpc``, or any) with ``code``."""
+        with self._lock:
+            self._failures.extend([(rpc, code, details)] * n)
+
+    def pending_failures(self) -> int:
+        with self._lock:
+            return len(self._failures)
+
+    # ------------------------------------------------------------------ counters
+
+    @property
+    def calls(self) -> dict[str, int]:
+        """Calls received per RPC (``v1/List`` ...), failed ones included."""
+        with self._lock:
+            return dict(self._calls)
+
+    def total_calls(self) -> int:
+        with self._lock:
+            return sum(self._calls.values())
+
+    def reset_calls(self) -> None:
+        with self._lock:
+            self._calls = dict.fromkeys(RPCS, 0)
+
+    def wait_for_calls(self, rpc: str, at_least: int, timeout: float = 10.0) -> bool:
+        """Wait until ``rpc`` has been called ``at_least`` times; fail at the deadline."""
+        return bool(
+            wait_until(lambda: self.calls[rpc] >= at_least, timeout, f"{at_least} {rpc} call(s)")
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    def start(self) -> FakeKubelet:
+        if self._server is not None:
+            return self
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)  # a stale socket from a "crashed" kubelet
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=self._workers),
+            options=[("grpc.max_send_message_length", -1)],
+        )
+        raw = None  # the handlers hand back pre-serialised bytes
+        server.add_generic_rpc_handlers(
+            (
+                grpc.method_handlers_generic_handler(
+                    "v1.PodResourcesLister",
+                    {
+                        "List": grpc.unary_unary_rpc_method_handler(
+                            self._v1_list,
+                            request_deserializer=v1_pb2.ListPodResourcesRequest.FromString,
+                            response_serializer=raw,
+                        ),
+                        "GetAllocatableResources": grpc.unary_unary_rpc_method_handler(
+                            self._v1_allocatable,
+                            request_deserializer=v1_pb2.AllocatableResourcesRequest.FromString,
+                            response_serializer=raw,
+                        ),
+                        "Get": grpc.unary_unary_rpc_method_handler(
+                            self._v1_get,
+                            request_deserializer=v1_pb2.GetPodResourcesRequest.FromString,
+                            response_serializer=raw,
+                        ),
+                    },
+                ),
+                grpc.method_handlers_generic_handler(
+                    "v1alpha1.PodResourcesLister",
+                    {
+                        "List": grpc.unary_unary_rpc_method_handler(
+                            self._v1alpha1_list,
+                            request_deserializer=v1alpha1_pb2.ListPodResourcesRequest.FromString,
+                            response_serializer=raw,
+                        ),
+                    },
+                ),
+            )
+        )
+        server.add_insecure_port("unix:" + self.socket_path)
+        server.start()
+        self._server = server
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and remove the socket, as a kubelet going down does."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.stop(grace=None).wait(5)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+
+    def restart(self, gap: float = 0.0) -> None:
+        """Stop, stay down ``gap`` seconds, start again on the same path."""
+        self.stop()
+        if gap:
+            time.sleep(gap)
+        self.start()
+
+    def close(self) -> None:
+        self.stop()
+        if self._own_dir is not None:
+            shutil.rmtree(self._own_dir, ignore_errors=True)
+            self._own_dir = None
+
+    def __enter__(self) -> FakeKubelet:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ handlers
+
+    def _enter(self, rpc: str, context: grpc.ServicerContext) -> None:
+        """Count the call, then apply injected failures (abort raises)."""
+        with self._lock:
+            self._calls[rpc] += 1
+            failure = None
+            for i, (target, code, details) in enumerate(self._failures):
+                if target is None or target == rpc:
+                    failure = (code, details)
+                    del self._failures[i]
+                    break
+            unimplemented = self.v1_unimplemented and rpc.startswith("v1/")
+        if unimplemented:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, f"unknown service {rpc}")
+        if failure is not None:
+            context.abort(*failure)
+
+    def _v1_list(self, request: Any, context: grpc.ServicerContext) -> bytes:
+        self._enter(V1_LIST, context)
+        if self.list_delay:
+            time.sleep(self.list_delay)
+        with self._lock:
+            return self._v1_reply
+
+    def _v1alpha1_list(self, request: Any, context: grpc.ServicerContext) -> bytes:
+        self._enter(V1ALPHA1_LIST, context)
+        if self.list_delay:
+            time.sleep(self.list_delay)
+        with self._lock:
+            return self._v1alpha1_reply
+
+    def _v1_allocatable(self, request: Any, context: grpc.ServicerContext) -> bytes:
+        self._enter(V1_ALLOCATABLE, context)
+        if self.allocatable_unimplemented:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "GetAllocatableResources disabled")
+        with self._lock:
+            return self._allocatable_reply
+
+    def _v1_get(self, request: v1_pb2.GetPodResourcesRequest, context: Any) -> bytes:
+        self._enter(V1_GET, context)
+        if not self.get_enabled:
+            context.abort(grpc.StatusCode.UNKNOWN, "PodResources API Get method disabled")
+        with self._lock:
+            pods = self._pods
+        for p in pods:
+            if p.name == request.pod_name and p.namespace == request.pod_namespace:
+                return v1_pb2.GetPodResourcesResponse(pod_resources=p).SerializeToString()
+        context.abort(
+            grpc.StatusCode.NOT_FOUND,
+            f"pod {request.pod_namespace}/{request.pod_name} not found",
+        )
+        raise AssertionError("unreachable")
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+def _devices_from(entries: Iterable[dict[str, Any]]) -> list[v1_pb2.ContainerDevices]:
+    return [devices(e["resource"], *e.get("ids", ()), numa=e.get("numa")) for e in entries]
+
+
+def pods_from_scenario(data: dict[str, Any]) -> list[v1_pb2.PodResources]:
+    """Pods from a scenario mapping (see the module docstring for the layout)."""
+    pods = []
+    for p in data.get("pods") or ():
+        containers = []
+        for c in p.get("containers") or ():
+            claims = [
+                claim(
+                    cl["name"],
+                    *(
+                        claim_device(
+                            d["device"],
+                            driver=d.get("driver", "gpu.nvidia.com"),
+                            pool=d.get("pool", "node-1"),
+                            share_id=d.get("share_id"),
+                        )
+                        for d in cl.get("devices") or ()
+                    ),
+                    namespace=cl.get("namespace", p.get("namespace", "default")),
+                )
+                for cl in c.get("claims") or ()
+            ]
+            containers.append(
+                container(
+                    c["name"],
+                    *_devices_from(c.get("devices") or ()),
+                    cpu_ids=c.get("cpu_ids") or (),
+                    claims=claims,
+                )
+            )
+        pods.append(pod(p["name"], *containers, namespace=p.get("namespace", "default")))
+    return pods
+
+
+def _load(kubelet: FakeKubelet, path: Path) -> None:
+    import yaml
+
+    data = yaml.safe_load(path.read_text()) or {}
+    kubelet.set_pods(pods_from_scenario(data))
+    kubelet.set_allocatable(_devices_from(data.get("allocatable") or ()))
+    kubelet.set_v1_unimplemented(bool(data.get("v1_unimplemented", False)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Serve a fake kubelet Pod Resources API.")
+    parser.add_argument("--socket", required=True, help="unix socket path (< 108 bytes)")
+    parser.add_argument("--scenario", type=Path, help="YAML file; SIGHUP reloads it")
+    args = parser.parse_args(argv)
+
+    kubelet = FakeKubelet(args.socket)
+    if args.scenario:
+        _load(kubelet, args.scenario)
+    done = threading.Event()
+    reload = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, lambda *_: reload.set())
+    kubelet.start()
+    print(f"fake kubelet serving on {kubelet.socket_path}", flush=True)
+    while not done.wait(0.2):
+        if reload.is_set():
+            reload.clear()
+            if args.scenario:
+                _load(kubelet, args.scenario)
+                print(f"reloaded {args.scenario}", flush=True)
+    kubelet.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

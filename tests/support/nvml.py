@@ -1,0 +1,90 @@
+"""The NVML simulator slipped under pynvml for in-process tests, and what its profiles say.
+
+Tests get it through the ``fake_nvml`` fixture (``tests/conftest.py``)::
+
+    lib = fake_nvml("h100x8")              # a built-in profile, a path, a Scenario,
+    lib = fake_nvml('''devices: ...''')    # or YAML text (written to the test's tmp_path)
+
+Every driver installed in a test is taken away when the test ends.
+"""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pynvml
+
+from otel_gpu import sim
+
+
+def load(
+    spec: str | Path | sim.Scenario, directory: Path, driver: type[sim.FakeNvml] = sim.FakeNvml
+) -> sim.Scenario:
+    """A scenario from a built-in profile name, a file, YAML text (written under
+    ``directory``), or as it is; its faults may name any device symbol of ``driver``.
+    """
+    if isinstance(spec, sim.Scenario):
+        return spec
+    if isinstance(spec, str) and "\n" in spec:
+        path = directory / "scenario.yaml"
+        path.write_text(textwrap.dedent(spec))
+        spec = path
+    return sim.load_scenario(str(spec), device_symbols=driver.device_symbols())
+
+
+class FakeNvmlInstaller:
+    """Call it to put a simulated driver under pynvml; :meth:`close` takes it away."""
+
+    def __init__(self, directory: Path) -> None:
+        self._directory = directory
+
+    def __call__(
+        self,
+        spec: str | Path | sim.Scenario,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        init: bool = False,
+        driver: type[sim.FakeNvml] = sim.FakeNvml,
+    ) -> sim.FakeNvml:
+        """Install a ``driver`` playing ``spec``; ``sleep`` is what slow calls block
+        through (pass a recorder to keep a test fast); ``init`` calls ``nvmlInit``.
+        """
+        lib = driver(load(spec, self._directory, driver), sleep=sleep)
+        sim.install(lib)
+        if init:
+            pynvml.nvmlInit()
+        return lib
+
+    def close(self) -> None:
+        sim.uninstall()
+
+
+def profile_uuids(profile: str) -> list[str]:
+    """The uuids of a profile's GPUs, in NVML index order (MIG instances not included)."""
+    return [d.uuid for d in sim.load_scenario(profile).devices]
+
+
+def first_sample_values(profile: str = "h100x8") -> dict[str, dict[str, float]]:
+    """What a profile's GPUs read in the collector's first sample, through the real pynvml
+    API: by uuid, ``used`` (bytes), ``power_w``, ``temp``, ``sm_mhz`` and ``util``.
+    """
+    sim.install(sim.FakeNvml(sim.load_scenario(profile)))
+    try:
+        pynvml.nvmlInit()
+        count = pynvml.nvmlDeviceGetCount()  # sample 1, as the collector's first sample sees it
+        out = {}
+        for i in range(count):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            out[pynvml.nvmlDeviceGetUUID(h)] = {
+                "used": pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2).used,
+                "power_w": pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
+                "temp": pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
+                "sm_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+                "util": pynvml.nvmlDeviceGetUtilizationRates(h).gpu,
+            }
+        return out
+    finally:
+        sim.uninstall()
