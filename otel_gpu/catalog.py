@@ -1,4 +1,4 @@
-"""The metric catalog: the one table every view of the metrics is built from.
+"""The metric catalog: the one table every output of the metrics is built from.
 
 Each :class:`Metric` row says what the metric is called, which OpenTelemetry
 instrument carries it, its unit, where NVML provides the value and how the

@@ -5,25 +5,26 @@ scrape and export paths only read the latest published snapshot.
 
 Threads, and what each owns::
 
-    otel-gpu-sampler   Pipeline._run: every `interval`, Sampler.sample() (all NVML
-                       calls), then publish; then, when finished pods piled up,
-                       the `release` hook rebuilds the MeterProvider (never on the
-                       kubelet thread).
-    otel-gpu-podresources  PodResourcesWatcher: polls the kubelet; on a changed answer,
-                       after releasing its poll lock, calls Pipeline.pods_changed(),
-                       which re-publishes the latest sample with the new pods.
-    otel-gpu-http      MetricsServer, one thread per connection: /metrics ->
-                       RenderCache -> Telemetry.render() -> instrument callbacks ->
-                       SnapshotStore.latest (one attribute read, no lock).
-    OTLP reader        the SDK's PeriodicExportingMetricReader thread: the same
-                       callbacks, every otlp_interval.
-    otel-gpu-retire    short-lived: shuts a replaced MeterProvider down (its final
-                       OTLP export) without holding anything.
+    otel-gpu-sampler       Pipeline._run: every `interval`, Sampler.sample() (all
+                           NVML calls), then publish; then, when finished pods piled
+                           up, the `release` hook rebuilds the MeterProvider (never
+                           on the kubelet thread).
+    otel-gpu-podresources  PodResourcesWatcher: polls the kubelet; on a changed
+                           answer, after releasing its poll lock, calls
+                           Pipeline.pods_changed(), which re-publishes the latest
+                           sample with the new pods.
+    otel-gpu-http          MetricsServer, one thread per connection: /metrics ->
+                           RenderCache -> Telemetry.render() -> instrument
+                           callbacks -> SnapshotStore.latest (one attribute read).
+    OTLP reader            the SDK's PeriodicExportingMetricReader thread: the same
+                           callbacks, every otlp_interval.
+    otel-gpu-retire        short-lived: shuts a replaced MeterProvider down (its
+                           final OTLP export) without holding anything of ours.
 
 Locks, each private to its class. A thread holding one may take only those
 listed after it, so no cycle can form:
 
-    1. Pipeline._lock        (sampler, kubelet) enrich + publish: the store always
+    1. Pipeline._lock        (sampler, podresources) enrich + publish: the store always
                              ends with the newest sample joined with the newest pods.
     2. SnapshotStore._cond   inside 1 only; readers never take it.
     3. RenderCache._lock     (http) one render at a time; waiters reuse its result.

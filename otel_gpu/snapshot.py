@@ -155,7 +155,7 @@ class Attribution:
     """Which containers hold which device: the join's result, immutable and thread-safe.
 
     :meth:`series_pods` is the one rule for which pod labels a device's series
-    carry; :meth:`allocations` the one list of allocation rows. Every view of
+    carry; :meth:`allocations` the one list of allocation rows. Every output of
     the metrics (OpenTelemetry instruments, the dcgm and kubelet names, OTLP
     Resources through the instruments' attributes) asks these two.
     """

@@ -22,60 +22,63 @@ def t4(fake_nvml):
     return fake_nvml("t4")
 
 
-def _service(**settings: str) -> Service:
-    config = load({"listen": "127.0.0.1:0", "pod_attribution": "false", **settings}, environ={})
-    return Service(config, Nvml(), environ={})
+@pytest.fixture
+def build_service(t4):
+    """service(**settings) -> a Service built but not started; closed after the test."""
+    built: list[Service] = []
+
+    def build(clock=None, **settings: str) -> Service:
+        config = load({"listen": "127.0.0.1:0", "pod_attribution": "false", **settings},
+                      environ={})
+        kw = {"clock": clock} if clock is not None else {}
+        built.append(Service(config, Nvml(), environ={}, **kw))
+        return built[-1]
+
+    yield build
+    for one in built:
+        one.server.server_close()
+        one.telemetry.shutdown(0.5)
 
 
-def test_readiness_is_served_from_the_pipeline(t4):
+def test_readiness_is_served_from_the_pipeline(build_service):
     clock = {"now": 100.0}
-    config = load({"listen": "127.0.0.1:0", "interval": "10s", "pod_attribution": "false"},
-                  environ={})
-    service = Service(config, Nvml(), clock=lambda: clock["now"], environ={})
-    try:
-        assert service.server.readiness() == (
-            False, "not ready: no NVML sample has finished yet")
-        gpu = Device(T4_UUID, 0, "Tesla T4", "Tesla T4", "00000000:01:00.0")
-        service.pipeline.publish_sample(snapshot(DeviceSample(gpu), taken_monotonic=100.0))
-        assert service.server.readiness()[0]
-        clock["now"] = 131.0
-        assert "the driver may be hung" in service.server.readiness()[1]
-    finally:
-        service.server.server_close()
-        service.telemetry.shutdown(1.0)
+    service = build_service(clock=lambda: clock["now"], interval="10s")
+    assert service.server.readiness() == (
+        False, "not ready: no NVML sample has finished yet")
+    gpu = Device(T4_UUID, 0, "Tesla T4", "Tesla T4", "00000000:01:00.0")
+    service.pipeline.publish_sample(snapshot(DeviceSample(gpu), taken_monotonic=100.0))
+    assert service.server.readiness()[0]
+    clock["now"] = 131.0
+    assert "the driver may be hung" in service.server.readiness()[1]
 
 
-def test_pod_churn_rebuilds_the_pipeline_before_the_sdk_overflows(t4):
-    service = _service()
-    try:
-        gpu = Device(T4_UUID, 0, "Tesla T4", "Tesla T4", "00000000:01:00.0")
-        sample = DeviceSample(gpu, values={"power": 70000.0, "clock.reasons": 1.0})
-        for i in range(400):  # a short job per sample, 400 of them
-            state = PodResourcesState(
-                (Allocation(f"job-{i}", "ci", "main", "nvidia.com/gpu", T4_UUID),), None,
-                float(i), "v1")
-            snap = snapshot(sample, seq=i + 1,
-                            pods=Pods(attribute([gpu], state), None, float(i)))
-            service.pipeline.publish_sample(snap)
-            service.pipeline.release_if_due()  # what the sampler thread does after publishing
-            body = service.cache.get().body.decode()
-            assert f'k8s_pod_name="job-{i}"' in body, i
-            assert "otel_metric_overflow" not in body, i
-        assert service.telemetry.rebuilds >= 2
-        assert body.count("hw_power_watts{") == 1
-    finally:
-        service.server.server_close()
-        service.telemetry.shutdown(1.0)
+def test_pod_churn_rebuilds_the_pipeline_before_the_sdk_overflows(build_service):
+    service = build_service()
+    gpu = Device(T4_UUID, 0, "Tesla T4", "Tesla T4", "00000000:01:00.0")
+    sample = DeviceSample(gpu, values={"power": 70000.0, "clock.reasons": 1.0})
+    for i in range(400):  # a short job per sample, 400 of them
+        state = PodResourcesState(
+            (Allocation(f"job-{i}", "ci", "main", "nvidia.com/gpu", T4_UUID),), None,
+            float(i), "v1")
+        snap = snapshot(sample, seq=i + 1,
+                        pods=Pods(attribute([gpu], state), None, float(i)))
+        service.pipeline.publish_sample(snap)
+        service.pipeline.release_if_due()  # what the sampler thread does after publishing
+        body = service.cache.get().body.decode()
+        assert f'k8s_pod_name="job-{i}"' in body, i
+        assert "otel_metric_overflow" not in body, i
+    assert service.telemetry.rebuilds >= 2
+    assert body.count("hw_power_watts{") == 1
 
 
 def test_sample_once_reads_every_device_and_closes_nvml(t4):
     nvml = Nvml()
     nvml.init()
     config = load({"pod_attribution": "false"}, environ={})
-    snapshot = sample_once(config, nvml)
-    assert [s.device.model for s in snapshot.devices] == ["Tesla T4", "Tesla T4"]
-    assert all(s.values["power"] > 0 for s in snapshot.devices)
-    assert snapshot.pods is None
+    snap = sample_once(config, nvml)
+    assert [s.device.model for s in snap.devices] == ["Tesla T4", "Tesla T4"]
+    assert all(s.values["power"] > 0 for s in snap.devices)
+    assert snap.pods is None
     assert not nvml._initialised  # NVML is closed before any kubelet call
 
 
@@ -84,30 +87,22 @@ def test_sample_once_without_a_kubelet_still_gives_the_sample(t4, tmp_path):
     nvml.init()
     config = load({"kubelet_socket": str(tmp_path / "absent.sock"),
                    "kubelet_timeout": "0.5s"}, environ={})
-    snapshot = sample_once(config, nvml)
-    assert len(snapshot.devices) == 2 and snapshot.pods is None
+    snap = sample_once(config, nvml)
+    assert len(snap.devices) == 2 and snap.pods is None
 
 
-def test_otlp_only_serves_no_prometheus_body(t4):
-    service = _service(exporters="otlp", otlp_endpoint="http://127.0.0.1:9")
-    try:
-        assert service.cache is None and service.telemetry.render() == b""
-    finally:
-        service.server.server_close()
-        service.telemetry.shutdown(0.1)
+def test_otlp_only_serves_no_prometheus_body(build_service):
+    service = build_service(exporters="otlp", otlp_endpoint="http://127.0.0.1:9")
+    assert service.cache is None and service.telemetry.render() == b""
 
 
-def test_a_rebuilt_pipeline_keeps_rendering(t4):
-    service = _service()
-    try:
-        gpu = Device(T4_UUID, 0, "Tesla T4", "Tesla T4", "00000000:01:00.0")
-        snap = snapshot(DeviceSample(gpu, values={"power": 70000.0}))
-        service.pipeline.publish_sample(snap)
-        before = service.cache.get().body
-        service.telemetry.rebuild()
-        service.pipeline.publish_sample(replace(snap, seq=2))
-        after = service.cache.get().body
-        assert b"hw_power_watts{" in before and b"hw_power_watts{" in after
-    finally:
-        service.server.server_close()
-        service.telemetry.shutdown(1.0)
+def test_a_rebuilt_pipeline_keeps_rendering(build_service):
+    service = build_service()
+    gpu = Device(T4_UUID, 0, "Tesla T4", "Tesla T4", "00000000:01:00.0")
+    snap = snapshot(DeviceSample(gpu, values={"power": 70000.0}))
+    service.pipeline.publish_sample(snap)
+    before = service.cache.get().body
+    service.telemetry.rebuild()
+    service.pipeline.publish_sample(replace(snap, seq=2))
+    after = service.cache.get().body
+    assert b"hw_power_watts{" in before and b"hw_power_watts{" in after

@@ -55,7 +55,7 @@ class RenderCache:
     """Renders the body when the snapshot changed or the cache is older than ``max_age``.
 
     ``render`` produces the whole exposition (the OpenTelemetry registry and
-    any compatibility views).
+    any naming profiles).
     """
 
     def __init__(

@@ -1,6 +1,6 @@
 """The ``dcgm`` naming profile: dcgm-exporter's field names, units and labels.
 
-Every field is a view of the catalog's NVML sources (no extra NVML reads),
+Every field is read from the catalog's NVML sources (no extra NVML reads),
 converted to dcgm-exporter's unit. The field set is dcgm-exporter's default,
 or the one a dcgm-exporter counters CSV file names (``-f``/``--collectors``).
 """

@@ -8,7 +8,7 @@ refers to sources (and through them to readers) by object, so a new metric
 is one catalog entry plus, where NVML needs a new call, one reader here.
 
 This is the only module besides :mod:`otel_gpu.nvml.sampler` and
-:mod:`otel_gpu.nvml.library` that knows pynvml; the catalog and the views
+:mod:`otel_gpu.nvml.library` that knows pynvml; the catalog and the stages
 above it stay free of the driver binding.
 """
 
