@@ -1,0 +1,154 @@
+"""Reading the files a user points otel-gpu at, safely: bounded, typed, UTF-8, plain YAML.
+
+Every file otel-gpu reads at start-up (config, scenario, counters CSV, web
+config, OTLP headers, certificates) is outside input. These helpers refuse
+what would hang or exhaust the process (a FIFO, ``/dev/zero``, a huge file,
+a YAML alias bomb, deep nesting) and turn what would be a traceback (bytes
+that are not UTF-8, duplicate keys) into one :class:`FileError` line naming
+the file and the problem.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from typing import Any
+
+import yaml
+
+from otel_gpu.errors import SetupError
+
+MAX_BYTES = 1 << 20
+"""1 MiB: far more than any config, scenario, counters or PEM file needs."""
+MAX_YAML_DEPTH = 32
+MAX_YAML_NODES = 100_000
+
+
+class FileError(SetupError):
+    """A file that cannot be used; ``str()`` names it and says why, in one line."""
+
+
+def read_bytes(path: str, what: str, *, max_bytes: int = MAX_BYTES) -> bytes:
+    """The whole content of a regular file of at most ``max_bytes``.
+
+    Opened non-blocking, so a FIFO or a device is refused instead of hanging.
+    """
+    label = f"{what} {path}"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise FileError(f"{label}: cannot read it ({_reason(exc)})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise FileError(f"{label}: not a regular file ({_kind(info.st_mode)})")
+        if info.st_size > max_bytes:
+            raise FileError(
+                f"{label}: {info.st_size} bytes is too large (at most {max_bytes} bytes)"
+            )
+        chunks: list[bytes] = []
+        total = 0
+        while True:  # the size may change under us: bound the read itself too
+            chunk = os.read(fd, min(65536, max_bytes + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > max_bytes:
+                raise FileError(f"{label}: too large (at most {max_bytes} bytes)")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise FileError(f"{label}: cannot read it ({_reason(exc)})") from None
+    finally:
+        os.close(fd)
+
+
+def read_text(path: str, what: str, *, max_bytes: int = MAX_BYTES) -> str:
+    """:func:`read_bytes`, decoded as UTF-8 (a BOM is dropped)."""
+    data = read_bytes(path, what, max_bytes=max_bytes)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise FileError(
+            f"{what} {path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+        ) from None
+
+
+class _PlainLoader(yaml.SafeLoader):
+    """Safe YAML without aliases, without duplicate keys, with bounded depth and size."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._nodes = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.constructor.ConstructorError(
+                None, None, f"YAML aliases (*{event.anchor}) are not allowed", event.start_mark
+            )
+        self._nodes += 1
+        if self._nodes > MAX_YAML_NODES:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"more than {MAX_YAML_NODES} YAML nodes", self.peek_event().start_mark
+            )
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"nested deeper than {MAX_YAML_DEPTH} levels",
+                    self.peek_event().start_mark,
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: SafeLoader says so itself
+                continue
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_yaml(text: str, label: str) -> Any:
+    """One YAML document, or :class:`FileError` naming ``label``, the line and the problem."""
+    try:
+        return yaml.load(text, Loader=_PlainLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise FileError(f"{label}: {problem}{where}") from None
+    except RecursionError:
+        raise FileError(f"{label}: nested too deeply") from None
+
+
+def load_yaml(path: str, what: str, *, max_bytes: int = MAX_BYTES) -> Any:
+    """A small YAML file, read with :func:`read_text` and parsed with :func:`parse_yaml`."""
+    return parse_yaml(read_text(path, what, max_bytes=max_bytes), f"{what} {path}")
+
+
+def _reason(exc: OSError) -> str:
+    if exc.errno == errno.ENXIO:
+        return "no reader on the other end"
+    return exc.strerror or str(exc)
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a plain file"

@@ -1,0 +1,67 @@
+"""Reading user files: bounded, regular files only, UTF-8, plain YAML."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from otel_gpu._files import MAX_YAML_DEPTH, FileError, load_yaml, parse_yaml, read_text
+from otel_gpu.errors import SetupError
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    ("a: &x [1, 2]\nb: *x\n", "YAML aliases (*x) are not allowed at line 2"),
+    ("a: 1\na: 2\n", "duplicate key 'a' at line 2"),
+    ("[" * 50_000, f"nested deeper than {MAX_YAML_DEPTH} levels"),
+    ("a: [1, 2\n", "at line 2"),
+])
+def test_yaml_that_is_refused(tmp_path, content, problem):
+    path = tmp_path / "c.yaml"
+    path.write_text(content)
+    with pytest.raises(FileError, match="^config file .*c.yaml: ") as err:
+        load_yaml(str(path), "config file")
+    assert problem in str(err.value) and "\n" not in str(err.value)
+
+
+def test_an_alias_bomb_is_refused_before_it_expands(tmp_path):
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [*a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}]" for i in range(1, 9)]
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(lines))
+    with pytest.raises(FileError, match="aliases"):
+        load_yaml(str(path), "config file")
+
+
+def test_anchors_and_nesting_within_bounds_are_fine():
+    assert parse_yaml("a: &keep [1, {b: 2}]\n", "x") == {"a": [1, {"b": 2}]}
+
+
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero", "dir"])
+def test_only_regular_files_are_read(tmp_path, special):
+    if special == "fifo":
+        path = str(tmp_path / "fifo")
+        os.mkfifo(path)  # opening it for reading would block without a writer
+    elif special == "dir":
+        path = str(tmp_path)
+    else:
+        path = special
+    with pytest.raises(FileError, match="not a regular file"):
+        read_text(path, "headers file")
+
+
+def test_size_and_encoding_are_checked(tmp_path):
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * 101)
+    with pytest.raises(FileError, match="too large"):
+        read_text(str(big), "file", max_bytes=100)
+    latin = tmp_path / "latin"
+    latin.write_bytes(b"name: caf\xe9\n")
+    with pytest.raises(FileError, match=r"not UTF-8 text \(byte 0xe9 at offset 9\)"):
+        read_text(str(latin), "file")
+    assert read_text(str(big), "file") == "x" * 101
+
+
+def test_file_errors_are_setup_errors(tmp_path):
+    with pytest.raises(SetupError, match="cannot read it"):
+        read_text(str(tmp_path / "absent"), "file")
