@@ -68,8 +68,16 @@ def markdown(catalog: Sequence[Metric] = CATALOG) -> str:
     out += [f"| `{key}` | {meaning} |" for key, meaning in DEVICE_ATTRIBUTES]
     out += [
         "",
-        "A failed device (lost, or NVML reports it broken) keeps only `hw.status`, with",
-        "`hw.state=\"failed\"` valued 1; its other series are dropped until it recovers.",
+        "A failed device (lost, or NVML reports it broken) keeps `hw.status` (with",
+        "`hw.state=\"failed\"` valued 1), its XID counts and its sample age; its other",
+        "series are dropped until it recovers. A GPU NVML counts but cannot open is such",
+        "a device too: it keeps the identity it was seen with, or, if it was never opened,",
+        "`hw.id=\"GPU-unknown-index-N\"` and the PCI bus id sysfs gives for index N.",
+        "",
+        "A device whose driver call does not return within the read deadline (half the",
+        "interval, between 1 and 10 s) is *hung*: its values are omitted,",
+        "`otel_gpu.device.sample.age` grows, `hw.status` keeps the last state read,",
+        "`/readyz` counts it as unreadable, and the other GPUs keep being read on time.",
         "",
     ]
     return "\n".join(out)

@@ -132,6 +132,10 @@ def parse_yaml(text: str, label: str) -> Any:
         raise FileError(f"{label}: {problem}{where}") from None
     except RecursionError:
         raise FileError(f"{label}: nested too deeply") from None
+    except (ValueError, KeyError, AttributeError, TypeError) as exc:
+        # PyYAML's constructors raise these for tagged nonsense (`!!int x`, `!!set ~`).
+        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise FileError(f"{label}: invalid value ({text})") from None
 
 
 def load_yaml(path: str, what: str, *, max_bytes: int = MAX_BYTES) -> Any:

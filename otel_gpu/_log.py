@@ -176,3 +176,43 @@ class LogLimiter:
         self._seen[key] = [now, 0]
         while len(self._seen) > self._max_keys:
             self._seen.popitem(last=False)
+
+
+class ChangeLimiter:
+    """Says when to log a summary of state that changes: on a change, at most once per ``interval``.
+
+    For state too large to log item by item (thousands of unmatched device
+    ids, say): the caller passes a small fingerprint of the current state on
+    every pass and writes one summary line when :meth:`changes` says so. A
+    change within ``interval`` of the last line is held back, and the next
+    pass after the interval reports the state as it is then, with the number
+    of changes the line covers. Memory is one fingerprint and two numbers
+    whatever the state's size. Not thread-safe: its owner calls it from one
+    thread at a time.
+    """
+
+    def __init__(
+        self,
+        interval: float = 60.0,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        initial: Hashable = None,
+    ) -> None:
+        self._interval = interval
+        self._clock = clock
+        self._key = initial
+        self._pending = 0
+        self._last_line: float | None = None
+
+    def changes(self, key: Hashable) -> int:
+        """Note the state's fingerprint; how many changes a line written now covers (0: none)."""
+        if key != self._key:
+            self._key = key
+            self._pending += 1
+        if not self._pending:
+            return 0
+        now = self._clock()
+        if self._last_line is not None and now - self._last_line < self._interval:
+            return 0
+        changes, self._pending, self._last_line = self._pending, 0, now
+        return changes

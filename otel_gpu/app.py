@@ -35,6 +35,13 @@ if TYPE_CHECKING:  # gRPC is imported only when pod attribution is on
 
 log = logging.getLogger(__name__)
 
+CHECK_READ_TIMEOUT_S = 5.0
+
+
+def read_timeout(interval: float) -> float:
+    """How long a sample waits for each GPU before calling it hung: half the interval, 1-10 s."""
+    return min(max(interval / 2, 1.0), 10.0)
+
 
 def open_nvml(simulate: str | None) -> Nvml:
     """The real driver, or the fake one behind pynvml for ``--simulate``.
@@ -73,12 +80,18 @@ def sample_once(config: Config, nvml: Nvml) -> Snapshot:
     """One sample, joined with one kubelet answer when attribution is on (what ``check`` shows).
 
     NVML is shut down before the kubelet is asked, so a slow kubelet never
-    holds the driver open.
+    holds the driver open. A GPU whose call hangs is given up on after
+    :data:`CHECK_READ_TIMEOUT_S` and shown as hung.
     """
+    sampler = Sampler(nvml, read_timeout=CHECK_READ_TIMEOUT_S, sysfs_root=Path(config.sysfs_root))
     try:
-        snapshot = Sampler(nvml).sample()
+        snapshot = sampler.sample()
     finally:
-        nvml.shutdown()
+        if sampler.busy():  # never pull the library out from under a call still running
+            log.warning("an NVML call is still running; exiting without nvmlShutdown")
+        else:
+            nvml.shutdown()
+        sampler.close()
     if config.pod_attribution:
         enrich = pod_enricher(config)
         try:
@@ -119,7 +132,9 @@ class Service:
         self.enricher = None
         if config.pod_attribution:  # the kubelet thread re-publishes through the pipeline
             self.enricher = pod_enricher(config, on_update=lambda s: self.pipeline.pods_changed(s))
-        self.pipeline = Pipeline(Sampler(nvml, clock=clock).sample, interval=config.interval,
+        self.sampler = Sampler(nvml, clock=clock, read_timeout=read_timeout(config.interval),
+                               sysfs_root=Path(config.sysfs_root))
+        self.pipeline = Pipeline(self.sampler.sample, interval=config.interval,
                                  enrich=self.enricher, release=lambda: self.telemetry.rebuild(),
                                  clock=clock)
         store = self.pipeline.store
@@ -174,9 +189,10 @@ class Service:
         self.server.stop()
         if self.enricher is not None:
             self.enricher.watcher.stop()
-        sampler_stopped = self.pipeline.stop(timeout=0.5)
+        idle = self.pipeline.stop(timeout=0.5) and not self.sampler.busy()
         self.telemetry.shutdown(final_export_s)
-        if sampler_stopped:  # never pull the library out from under a call still running
+        if idle:  # never pull the library out from under a call still running
             self.nvml.shutdown()
         else:
             log.warning("an NVML call is still running; exiting without nvmlShutdown")
+        self.sampler.close()

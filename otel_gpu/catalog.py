@@ -128,7 +128,7 @@ class Metric:
     attributes: tuple[str, ...] = ()
     """Attribute keys a ``per_device``/``per_node`` row adds, for the docs."""
     reported_when_failed: bool = False
-    """Whether a failed device keeps this series (only ``hw.status`` does)."""
+    """Whether a failed device keeps this series (its status, XID counts and sample age)."""
 
     def attribute_keys(self) -> list[str]:
         """Attribute keys this metric adds beyond the device's own."""
@@ -221,6 +221,10 @@ def _xid(sample: DeviceSample) -> Iterable[Observation]:
         yield float(count), {"nvidia.gpu.xid": str(code)}
 
 
+def _device_age(sample: DeviceSample) -> Iterable[Observation]:
+    yield sample.age, {}
+
+
 def _sample_age(snapshot: Snapshot, now: float) -> Iterable[Observation]:
     yield max(0.0, now - snapshot.taken_monotonic), {}
 
@@ -305,6 +309,11 @@ def _attributed_devices(snapshot: Snapshot, now: float) -> Iterable[Observation]
         yield float(len(snapshot.pods.attribution.attributed_uuids())), {}
 
 
+def _unresolved_ids(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+    if snapshot.pods is not None:
+        yield float(len(snapshot.pods.attribution.unresolved)), {}
+
+
 CATALOG: tuple[Metric, ...] = (
     # OpenTelemetry hardware semantic conventions
     Metric(
@@ -367,7 +376,8 @@ CATALOG: tuple[Metric, ...] = (
     ),
     Metric(
         "hw.status", Kind.UPDOWNCOUNTER, "1",
-        "Device state: one series per hw.state, 1 for the current state and 0 for the others.",
+        "Device state: one series per hw.state, 1 for the current state and 0 for the others "
+        "(a hung device keeps its last state; see otel_gpu.device.sample.age).",
         per_device=_status,
         attributes=(HW_STATE,),
         reported_when_failed=True,
@@ -448,9 +458,11 @@ CATALOG: tuple[Metric, ...] = (
     ),
     Metric(
         "nvidia.gpu.xid.errors", Kind.COUNTER, "{error}",
-        "XID errors reported by the driver since the collector started, per XID code.",
+        "XID errors reported by the driver since the collector started, per XID code; the "
+        "common codes are there at 0 from discovery on, so the first one is an increase.",
         per_device=_xid,
         attributes=("nvidia.gpu.xid",),
+        reported_when_failed=True,
         source_doc="nvmlEventSetWait_v2 (XID critical error events), counted per `nvidia.gpu.xid`",
     ),
     Metric(
@@ -513,6 +525,20 @@ CATALOG: tuple[Metric, ...] = (
         "GPUs and MIG instances attributed to at least one pod.",
         per_node=_attributed_devices,
         source_doc="collector",
+    ),
+    Metric(
+        "otel_gpu.kubelet.unresolved_ids", Kind.GAUGE, "{id}",
+        "Device ids allocated to containers that match no GPU or MIG instance on this node.",
+        per_node=_unresolved_ids,
+        source_doc="kubelet Pod Resources List",
+    ),
+    Metric(
+        "otel_gpu.device.sample.age", Kind.GAUGE, "s",
+        "Seconds from a device's last finished read to the end of the latest sample: near 0, "
+        "and growing while a driver call on that device hangs (its values are then omitted).",
+        per_device=_device_age,
+        reported_when_failed=True,
+        source_doc="collector clock, per device",
     ),
     Metric(
         "otel_gpu.sample.age", Kind.GAUGE, "s",

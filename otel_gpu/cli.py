@@ -17,7 +17,7 @@ from typing import NoReturn
 
 from otel_gpu import __version__
 from otel_gpu._log import configure as configure_logging
-from otel_gpu.config import CONFIG_ENV, OPTIONS, Config, ConfigError, load
+from otel_gpu.config import CONFIG_ENV, OPTIONS, Config, load
 from otel_gpu.errors import SetupError
 
 log = logging.getLogger("otel_gpu")
@@ -71,7 +71,30 @@ def _config(args: argparse.Namespace) -> Config:
     flags = {o.key: getattr(args, o.key, None) for o in OPTIONS}
     try:
         return load(flags, config_file=getattr(args, "config", None))
-    except ConfigError as exc:
+    except SetupError as exc:
+        _die(str(exc))
+
+
+def _check_files(config: Config) -> None:
+    """Reads and checks every file and OTLP option the settings name, as ``serve`` does.
+
+    ``check`` calls it so that it refuses what ``serve`` would, and ``serve``
+    before anything else, so that a bad file is the only line it prints.
+    """
+    from otel_gpu.app import choose_exporters
+    from otel_gpu.exporters import otlp
+    from otel_gpu.naming.dcgm import parse_collectors
+
+    try:
+        if config.collectors:
+            parse_collectors(config.collectors)
+        if config.web_config_file:
+            from otel_gpu.exporters.webconfig import load_web_config
+
+            load_web_config(config.web_config_file)
+        if "otlp" in choose_exporters(config, os.environ):
+            otlp.validate(otlp.OtlpSettings.from_config(config), os.environ)
+    except SetupError as exc:
         _die(str(exc))
 
 
@@ -95,6 +118,11 @@ def _open_nvml(config: Config):
 def serve(config: Config) -> int:
     from otel_gpu.app import Service
 
+    logging.disable(logging.WARNING)  # what this pass would warn about, the service says once
+    try:
+        _check_files(config)
+    finally:
+        logging.disable(logging.NOTSET)
     nvml = _open_nvml(config)
     try:
         service = Service(config, nvml)
@@ -111,6 +139,7 @@ def serve(config: Config) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)  # a closed terminal or a HUP: stop, export once more
     service.start()
     while not stop.wait(3600):
         pass
@@ -139,6 +168,8 @@ def check(config: Config) -> int:
             print(f"  held by {holder.namespace}/{holder.pod}/{holder.container}{replica}")
         if sample.error:
             print(f"  error: {sample.error}")
+        if sample.hung:
+            print(f"  hung: {sample.hung}")
         for metric in CATALOG:
             for value, attrs in device_observations(metric, sample):
                 if metric.name == "hw.status" and not value:
@@ -165,5 +196,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = _config(args)
     configure_logging(config.log_level, config.log_format)
     if args.command == "check":
+        _check_files(config)
         return check(config)
     return serve(config)

@@ -7,13 +7,19 @@ Threads, and what each owns::
 
     otel-gpu-sampler       Pipeline._run: every `interval`, Sampler.sample() (all
                            NVML calls), then publish; then, when finished pods piled
-                           up, the `release` hook rebuilds the MeterProvider (never
-                           on the kubelet thread).
+                           up or pods outgrew the SDK's room, the `release` hook
+                           rebuilds the MeterProvider (never on the kubelet thread,
+                           which only wakes this one when pods outgrew the room).
+    otel-gpu-read-N        one per GPU (nvml.workers): that GPU's and its MIG
+                           instances' reads, handed over by the sampler thread,
+                           which waits for them up to a deadline; a hung call
+                           keeps only its own thread.
     otel-gpu-podresources  PodResourcesWatcher: polls the kubelet; on a changed
                            answer, after releasing its poll lock, calls
                            Pipeline.pods_changed(), which re-publishes the latest
                            sample with the new pods.
-    otel-gpu-http          MetricsServer, one thread per connection: /metrics ->
+    otel-gpu-http          MetricsServer's accept loop; otel-gpu-http-conn, one per
+                           connection (at most 64): /metrics ->
                            RenderCache -> Telemetry.render() -> instrument
                            callbacks -> SnapshotStore.latest (one attribute read).
     OTLP reader            the SDK's PeriodicExportingMetricReader thread: the same
@@ -32,7 +38,12 @@ listed after it, so no cycle can form:
     5. the SDK's own locks   inside 4, and on the OTLP thread.
 
 Leaf locks, held for a few instructions and never while calling out: the
-NVML call counter, the kubelet watcher's poll and stats locks, LogLimiter.
+NVML call counter, the kubelet watcher's poll and stats locks, LogLimiter,
+the HTTP server's connection table, BasicAuth's credential cache. BasicAuth's
+bcrypt semaphore is held only around one bcrypt check, before 3 is taken.
+A device's reader thread shares no lock with the sampler thread: it owns the
+device's read state while its job runs, and hands the result over through the
+job's event.
 """
 
 from __future__ import annotations
@@ -105,30 +116,54 @@ def readiness(snapshot: Snapshot | None, now: float, interval: float) -> tuple[b
     )
 
 
+CHURN_LIMIT = 128
+"""Finished (device, pod) pairs that may pile up before a rebuild, when fewer are live."""
+CHURNED, GROWN = "churned", "grown"
+
+
+def room_for(pairs: int) -> int:
+    """The (device, pod) pairs a MeterProvider built while ``pairs`` are live is sized for:
+    the live ones, and as many finished ones again before :class:`PodChurn` releases them."""
+    return 2 * max(pairs, CHURN_LIMIT)
+
+
 class PodChurn:
-    """Says when finished pods' series should be released from the SDK.
+    """Says when finished pods' series should be released from the SDK, or pods outgrew it.
 
     The OpenTelemetry SDK keeps every attribute set an instrument ever saw and,
-    past 2000 per metric, folds new ones into one overflow series: on a node
-    where pods come and go, the live pods' series would vanish within hours.
-    Rebuilding the MeterProvider releases them; this counts the (device, pod)
-    pairs gone since the last rebuild and asks for one when they pile up.
+    past its cardinality limit (2000 per metric unless told otherwise), folds
+    new ones into one overflow series: on a node where pods come and go, the
+    live pods' series would vanish within hours, and on a node with more
+    holders than the limit (time-sliced GPUs) some would never appear.
+    Rebuilding the MeterProvider releases every set, and sizes the new limit
+    from the pods live then (:func:`otel_gpu.telemetry.cardinality`). This
+    counts the (device, pod) pairs seen since the last rebuild and asks for one
+    when finished ones pile up (:data:`CHURNED`) or when more have been seen
+    than the provider has ``room`` for (:data:`GROWN`).
     """
 
-    def __init__(self, limit: int = 128) -> None:
+    def __init__(self, limit: int = CHURN_LIMIT, room: int | None = None) -> None:
         self.limit = limit
+        self.room = room_for(0) if room is None else room
+        """Pairs the current MeterProvider is sized for."""
         self._seen: set[tuple] = set()
 
-    def needs_rebuild(self, snapshot: Snapshot) -> bool:
+    def needs_rebuild(self, snapshot: Snapshot) -> str | None:
+        """Why the MeterProvider should be rebuilt after ``snapshot`` (None: it need not)."""
         if snapshot.pods is None:
-            return False
+            return None
         current = {(r.uuid, r.namespace, r.pod, r.container, r.replica)
                    for r in snapshot.allocations()}
         self._seen |= current
-        if len(self._seen - current) <= max(self.limit, len(current)):
-            return False
+        if len(self._seen) > self.room:
+            reason = GROWN
+        elif len(self._seen) - len(current) > max(self.limit, len(current)):
+            reason = CHURNED
+        else:
+            return None
         self._seen = current
-        return True
+        self.room = room_for(len(current))
+        return reason
 
 
 class Pipeline:
@@ -137,7 +172,9 @@ class Pipeline:
     ``sample`` takes one sample (all NVML work); ``enrich`` attaches the pods
     (None without Kubernetes attribution); ``release`` is called on the
     sampler thread when finished pods' series should be dropped from the
-    SDK. A sample that raises (a bug: driver errors never raise) is logged at
+    SDK, or when pods outgrew its cardinality limit (then at once, not at the
+    next sample), and may return the (device, pod) pairs the rebuilt SDK has
+    room for. A sample that raises (a bug: driver errors never raise) is logged at
     most once a minute and retried with exponential backoff capped at
     ``max_backoff``; the thread never dies of it.
     """
@@ -148,7 +185,7 @@ class Pipeline:
         *,
         interval: float,
         enrich: Callable[[Snapshot], Snapshot] | None = None,
-        release: Callable[[], None] | None = None,
+        release: Callable[[], object] | None = None,
         clock: Callable[[], float] = time.monotonic,
         max_backoff: float = 300.0,
     ) -> None:
@@ -163,6 +200,7 @@ class Pipeline:
         self._churn = PodChurn()
         self._release_due = False
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set: run a release now, or stop
         self._thread = threading.Thread(target=self._run, name="otel-gpu-sampler", daemon=True)
         self._limited = LogLimiter(log, 60.0)
 
@@ -182,8 +220,15 @@ class Pipeline:
 
     def _publish(self, snapshot: Snapshot) -> None:
         self.store.publish(snapshot)
-        if self._churn.needs_rebuild(snapshot):
+        reason = self._churn.needs_rebuild(snapshot)
+        if reason is not None:
             self._release_due = True
+        if reason == GROWN:
+            self._limited.log("grown", logging.INFO,
+                              "%d pod allocation(s) outgrew the OpenTelemetry SDK's room; "
+                              "rebuilding it with a larger cardinality limit",
+                              len(snapshot.allocations()))
+            self._wake.set()
 
     def _enriched(self, snapshot: Snapshot) -> Snapshot:
         if self._enrich is None:
@@ -197,11 +242,21 @@ class Pipeline:
             return snapshot
 
     def release_if_due(self) -> bool:
-        """Run ``release`` if pods churned since the last one; on the calling thread."""
+        """Run ``release`` if pods churned or grew since the last one; on the calling thread.
+
+        The latest snapshot is then published again, so that a body rendered by
+        the replaced SDK (perhaps with an overflow series) is not served from a cache.
+        """
         with self._lock:
             due, self._release_due = self._release_due, False
         if due and self._release is not None:
-            self._release()
+            room = self._release()
+            with self._lock:
+                if isinstance(room, int):
+                    self._churn.room = room
+                latest = self.store.latest
+                if latest is not None:
+                    self.store.publish(latest)
         return due
 
     # --- state ---------------------------------------------------------------------------
@@ -217,6 +272,7 @@ class Pipeline:
     def stop(self, timeout: float = 2.0) -> bool:
         """Whether the thread has ended (False: still inside an NVML call)."""
         self._stop.set()
+        self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
         return not self._thread.is_alive()
@@ -236,4 +292,19 @@ class Pipeline:
                 self._limited.log("sample", logging.ERROR,
                                   "sampling failed (%d in a row); next try in %.0f s",
                                   failures, wait, exc_info=True)
-            self._stop.wait(max(0.0, wait))
+            self._pause(max(0.0, wait))
+
+    def _pause(self, seconds: float) -> None:
+        """Wait for the next sample, running a release the kubelet thread asks for meanwhile."""
+        deadline = time.monotonic() + seconds
+        while not self._stop.is_set():
+            if not self._wake.wait(max(0.0, deadline - time.monotonic())):
+                return
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.release_if_due()
+            except Exception:  # noqa: BLE001 - the loop must outlive any bug
+                self._limited.log("release", logging.ERROR,
+                                  "rebuilding the OpenTelemetry pipeline failed", exc_info=True)

@@ -71,6 +71,15 @@ class DeviceSample:
     """The most recent XID code (what dcgm-exporter's XID_ERRORS shows)."""
     error: str | None = None
     """Why the device is failed, when it is."""
+    hung: str | None = None
+    """Set while a driver call on the device has not returned: what hangs, for how long.
+    Its values are then omitted; ``state`` is the last one read."""
+    age: float = 0.0
+    """Seconds from this device's last finished read to the end of the sample."""
+
+    @property
+    def readable(self) -> bool:
+        return self.state != FAILED and self.hung is None
 
 
 # --- what the attribution stage hands on -------------------------------------------
@@ -290,7 +299,8 @@ class Snapshot:
     """Set when Kubernetes pod attribution is on."""
 
     def healthy_devices(self) -> int:
-        return sum(1 for d in self.devices if d.state != FAILED)
+        """Devices that answered this sample and are not failed."""
+        return sum(1 for d in self.devices if d.readable)
 
     def series_pods(self, uuid: str, *, per_sharer: bool = False) -> tuple[PodRef, ...]:
         """See :meth:`Attribution.series_pods`; none without Kubernetes attribution."""

@@ -4,6 +4,13 @@ Every instrument is an observable one whose callback reads the latest
 snapshot from the store. A callback never calls NVML or the kubelet: each
 reader collection (a Prometheus scrape, an OTLP export) runs every callback
 again, so anything slow here would be paid once per reader per collection.
+
+The SDK folds a metric's attribute sets past its cardinality limit (2000 per
+metric and reader by default) into one ``otel.metric.overflow`` series. A
+node with 2,500 time-sliced pods has 2,500 allocation series, so the limit
+is sized from the latest snapshot each time the MeterProvider is built
+(:func:`cardinality`), through a view that applies to every reader, and the
+pipeline rebuilds it when pods outgrow it (:class:`otel_gpu.pipeline.PodChurn`).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader
+from opentelemetry.sdk.metrics.view import View
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 
 from otel_gpu import __version__
@@ -42,11 +50,18 @@ from otel_gpu.catalog import (
     device_observations,
     pod_labels,
 )
+from otel_gpu.pipeline import room_for
 from otel_gpu.snapshot import Device, Snapshot
 
 log = logging.getLogger(__name__)
 
 SCOPE = "otel_gpu"
+
+SDK_CARDINALITY_LIMIT = 2000
+"""The SDK's default limit, and the floor of ours."""
+_UNSAMPLED = (64, 32)
+"""Before the first sample: devices (8 GPUs of 7 MIG instances each, and the
+GPUs), and series one device may have in one metric."""
 
 
 def build_resource(
@@ -185,6 +200,33 @@ class Instruments:
         return out
 
 
+def cardinality(
+    snapshot: Snapshot | None, catalog: Sequence[Metric] = CATALOG
+) -> tuple[int, int]:
+    """The cardinality limit for a MeterProvider built now, and the (device, pod)
+    pairs it has room for.
+
+    Between two rebuilds a metric collects at most (devices + pairs seen) x
+    fan-out attribute sets, the fan-out being the most series one device has
+    in any metric: a device's series take one set per exclusive owner it had,
+    the allocation metric one per pair. The limit leaves room for
+    :func:`~otel_gpu.pipeline.room_for` the live pairs, and is never below the
+    SDK's default; a high limit costs nothing until sets exist.
+    """
+    if snapshot is None:
+        devices, fanout = _UNSAMPLED
+        pairs = 0
+    else:
+        devices = len(snapshot.devices)
+        fanout = max((len(device_observations(metric, sample))
+                      for metric in catalog if metric.per_node is None
+                      for sample in snapshot.devices), default=1)
+        fanout = max(fanout, 1)
+        pairs = len(snapshot.allocations())
+    limit = max(SDK_CARDINALITY_LIMIT, fanout * (devices + room_for(pairs)))
+    return limit, limit // fanout - devices
+
+
 def build_meter_provider(
     resource: Resource,
     readers: Sequence[MetricReader],
@@ -192,9 +234,15 @@ def build_meter_provider(
     *,
     clock: Callable[[], float] = time.monotonic,
     catalog: Sequence[Metric] = CATALOG,
+    cardinality_limit: int | None = None,
 ) -> MeterProvider:
-    """A MeterProvider with the catalog's instruments registered on it."""
-    provider = MeterProvider(metric_readers=list(readers), resource=resource)
+    """A MeterProvider with the catalog's instruments registered on it.
+
+    ``cardinality_limit`` replaces the SDK's default for every instrument and reader.
+    """
+    views = () if cardinality_limit is None else (
+        View(instrument_name="*", aggregation_cardinality_limit=cardinality_limit),)
+    provider = MeterProvider(metric_readers=list(readers), resource=resource, views=views)
     meter = provider.get_meter(SCOPE, __version__)
     Instruments(meter, latest, catalog=catalog, clock=clock)
     return provider
@@ -208,7 +256,8 @@ class Telemetry:
     """The MeterProvider and its readers, replaceable while scrapes and exports run.
 
     :meth:`rebuild` swaps in a new provider (releasing every attribute set the
-    SDK kept, see :class:`otel_gpu.pipeline.PodChurn`); the swap and
+    SDK kept, see :class:`otel_gpu.pipeline.PodChurn`) whose cardinality limit
+    is sized from the latest snapshot (:func:`cardinality`); the swap and
     :meth:`render` share a private lock, so no render runs on a provider being
     retired, and the old one is shut down (its final OTLP export) on a
     short-lived thread of its own.
@@ -229,13 +278,16 @@ class Telemetry:
         self._clock = clock
         self._catalog = catalog
         self._lock = threading.Lock()
-        self._current = self._build()
+        self.cardinality_limit, self.room = cardinality(self._latest(), catalog)
+        """The current provider's limit, and the (device, pod) pairs it has room for."""
+        self._current = self._build(self.cardinality_limit)
         self.rebuilds = 0
 
-    def _build(self) -> tuple[MeterProvider, Callable[[], bytes] | None]:
+    def _build(self, limit: int) -> tuple[MeterProvider, Callable[[], bytes] | None]:
         readers, render = self._readers()
         provider = build_meter_provider(self._resource, readers, self._latest,
-                                        clock=self._clock, catalog=self._catalog)
+                                        clock=self._clock, catalog=self._catalog,
+                                        cardinality_limit=limit)
         return provider, render
 
     def render(self) -> bytes:
@@ -244,15 +296,20 @@ class Telemetry:
             _, render = self._current
             return render() if render is not None else b""
 
-    def rebuild(self) -> None:
-        new = self._build()
+    def rebuild(self) -> int:
+        """Swap in a new provider sized for the latest snapshot; the pairs it has room for."""
+        limit, room = cardinality(self._latest(), self._catalog)
+        new = self._build(limit)
         with self._lock:
             (old, _), self._current = self._current, new
+            self.cardinality_limit, self.room = limit, room
         self.rebuilds += 1
-        log.info("pods came and went on this node: rebuilt the OpenTelemetry pipeline to "
-                 "release finished pods' series (rebuild %d)", self.rebuilds)
+        log.info("rebuilt the OpenTelemetry pipeline for the pods on this node (rebuild %d; "
+                 "finished pods' series released; cardinality limit %d per metric, room for "
+                 "%d pod allocations)", self.rebuilds, limit, room)
         threading.Thread(target=old.shutdown, kwargs={"timeout_millis": 2500},
                          name="otel-gpu-retire", daemon=True).start()
+        return room
 
     def shutdown(self, timeout_s: float) -> None:
         """Shutting down makes the OTLP reader export once more: nothing is lost."""

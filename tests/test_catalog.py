@@ -137,15 +137,20 @@ def test_missing_values_are_omitted_not_zero():
             assert math.isfinite(value)
 
 
-def test_failed_device_keeps_only_status():
-    sample = _sample(state=FAILED, **{"temp.gpu": 61.0})
+def test_failed_device_keeps_only_status_xids_and_age():
+    failed = sample(state=FAILED, values={"temp.gpu": 61.0}, xid_counts={79: 1, 13: 0},
+                    age=0.5)
+    kept = {}
     for m in CATALOG:
-        points = device_observations(m, sample)
-        if m.name == "hw.status":
-            assert {a["hw.state"]: v for v, a in points} == {
-                "ok": 0.0, "degraded": 0.0, "failed": 1.0, "predicted_failure": 0.0}
-        else:
-            assert points == [], m.name
+        points = device_observations(m, failed)
+        if points:
+            kept[m.name] = points
+    assert set(kept) == {"hw.status", "nvidia.gpu.xid.errors", "otel_gpu.device.sample.age"}
+    assert {a["hw.state"]: v for v, a in kept["hw.status"]} == {
+        "ok": 0.0, "degraded": 0.0, "failed": 1.0, "predicted_failure": 0.0}
+    assert sorted(kept["nvidia.gpu.xid.errors"], key=str) == sorted(
+        [(0.0, {"nvidia.gpu.xid": "13"}), (1.0, {"nvidia.gpu.xid": "79"})], key=str)
+    assert kept["otel_gpu.device.sample.age"] == [(0.5, {})]
 
 
 def test_prometheus_names():

@@ -36,7 +36,8 @@ def test_every_setting_is_a_flag_with_its_rows_metavar_and_help(capsys, command)
 
 def test_flags_land_on_their_settings():
     args = cli.build_parser().parse_args(
-        ["serve", "--interval", "250ms", "-f", "counters.csv", "--otlp-insecure", "true"]
+        ["serve", "--interval", "250ms", "--naming", "otel,dcgm", "-f", "counters.csv",
+         "--otlp-insecure", "true"]
     )
     config = cli._config(args)
     assert config.interval == 0.25
@@ -74,3 +75,35 @@ def test_library_log_window_is_a_minute_unless_cut_for_tests(value, seconds):
 
     environ = {} if value is None else {LIBRARY_WINDOW_ENV: value}
     assert library_window(environ) == seconds
+
+
+def _exits_2_with(capsys, argv: list[str], needle: str) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("otel-gpu: error: ") and len(err.strip().splitlines()) == 1, err
+    assert needle in err, err
+
+
+@pytest.mark.parametrize(("extra", "files", "needle"), [
+    (["--naming", "dcgm", "-f", "{d}/counters.csv"], {"counters.csv": "not a line\n"},
+     "collectors file {d}/counters.csv: line 1:"),
+    (["--web-config-file", "{d}/web.yml"], {"web.yml": "colour: blue\n"}, "web config {d}/web.yml"),
+    (["--otlp-endpoint", "http://127.0.0.1:9", "--otlp-headers-file", "{d}/absent"], {},
+     "OTLP headers file {d}/absent: cannot read it"),
+    (["--exporters", "otlp", "--otlp-protocol", "http/protobuf", "--otlp-endpoint", "c:4318"], {},
+     "otlp_endpoint: http/protobuf needs a URL"),
+])
+def test_check_refuses_the_files_serve_refuses(capsys, tmp_path, extra, files, needle):
+    """Before NVML is opened: nothing else is printed, the driver is never touched."""
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    argv = ["check", "--simulate", "no-such-profile", *(a.replace("{d}", str(tmp_path))
+                                                        for a in extra)]
+    _exits_2_with(capsys, argv, needle.replace("{d}", str(tmp_path)))
+
+
+def test_a_config_file_that_cannot_be_read_is_one_line(capsys, tmp_path):
+    (tmp_path / "c.yaml").write_bytes(b"interval: \xff\n")
+    _exits_2_with(capsys, ["check", "--config", str(tmp_path / "c.yaml")], "not UTF-8 text")

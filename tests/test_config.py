@@ -168,9 +168,167 @@ def test_a_new_row_is_a_flag_a_variable_a_file_key_and_a_field(monkeypatch, tmp_
     help_text = " ".join(capsys.readouterr().out.split())
     assert "-T COUNT, --toy-limit COUNT a toy setting for this test" in help_text
     assert "$OTEL_GPU_TOY_LIMIT; default 3" in help_text
-    with pytest.raises(ConfigError, match=r"^toy_limit \(from flag --toy-limit\): "):
+    with pytest.raises(ConfigError, match=r"^toy_limit \(from flag -T/--toy-limit\): "):
         load({"toy_limit": "many"}, environ={})
 
 
 def test_config_error_is_a_setup_error():
     assert issubclass(ConfigError, SetupError) and issubclass(SetupError, ValueError)
+
+
+# --- null, shapes, ranges: every setting by the same rules ------------------------------------
+
+
+@pytest.mark.parametrize("option", OPTIONS, ids=lambda o: o.key)
+def test_null_in_the_file_means_the_default(tmp_path, option):
+    path = tmp_path / "c.yaml"
+    path.write_text(f"{option.key}:\n")
+    assert load({}, environ={}, config_file=str(path)) == load({}, environ={})
+    path.write_text(f"{option.key}: ~\n")
+    assert load({}, environ={}, config_file=str(path)) == load({}, environ={})
+
+
+def test_null_in_the_file_leaves_variables_and_flags_in_charge(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("interval: null\npod_attribution: ~\n")
+    env = {"OTEL_GPU_INTERVAL": "5s", "OTEL_GPU_POD_ATTRIBUTION": "false"}
+    cfg = load({}, environ=env, config_file=str(path))
+    assert cfg.interval == 5.0 and cfg.pod_attribution is False
+    assert load({"interval": "2s"}, environ={}, config_file=str(path)).interval == 2.0
+    assert load({}, environ={}, config_file=str(path)).pod_attribution is True
+
+
+DURATIONS = [
+    # key, lowest, highest, just below, just above, the range in the message
+    ("interval", "100ms", "1h", "99ms", "3601", "100ms to 1h"),
+    ("kubelet_interval", "100ms", "60m", "0.05", "1.5h", "100ms to 1h"),
+    ("kubelet_timeout", "0.1", "5m", "50ms", "301s", "100ms to 5m"),
+    ("kubelet_grace_period", "100ms", "24h", "10ms", "25h", "100ms to 24h"),
+    ("otlp_interval", "1s", "1h", "999ms", "61m", "1s to 1h"),
+    ("otlp_timeout", "100ms", "300", "0.09", "6m", "100ms to 5m"),
+]
+
+
+@pytest.mark.parametrize(("key", "low", "high", "below", "above", "span"), DURATIONS)
+def test_every_duration_has_a_range_said_in_the_error(key, low, high, below, above, span):
+    option = next(o for o in OPTIONS if o.key == key)
+    assert span in option.help
+    assert getattr(load({key: low}, environ={}), key) == parse_duration(low)
+    assert getattr(load({key: high}, environ={}), key) == parse_duration(high)
+    for bad in (below, above, "20000000000"):
+        with pytest.raises(ConfigError, match=rf"^{key} \(from flag --[a-z-]+\): must be from "
+                                              rf"{span}, got '{bad}'$"):
+            load({key: bad}, environ={})
+
+
+@pytest.mark.parametrize("text", [".inf", "-.inf", ".nan", "1e999", str(10**400), "[]", "{}"])
+@pytest.mark.parametrize("key", [d[0] for d in DURATIONS])
+def test_durations_from_the_file_are_finite_numbers(tmp_path, key, text):
+    path = tmp_path / "c.yaml"
+    path.write_text(f"{key}: {text}\n")
+    with pytest.raises(ConfigError, match=rf"^{key} \(from config file .*\): ") as info:
+        load({}, environ={}, config_file=str(path))
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan"), 10**400, [1], None])
+def test_parse_duration_refuses_what_is_not_a_finite_positive_number(bad):
+    with pytest.raises(ValueError):
+        parse_duration(bad)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("kubelet_socket: [a, b]\n", r"^kubelet_socket \(from config file .*\): expected a single "
+                                     r"value, got a list$"),
+        ("node_name: {a: b}\n", r"^node_name \(from config file .*\): expected a single value, "
+                                r"got a mapping$"),
+        ("listen: !!binary aGk=\n", r"^listen \(from config file .*\): expected a single value, "
+                                    r"got binary data$"),
+        ("simulate: 2024-01-01\n", r"^simulate \(from config file .*\): expected a single value, "
+                                   r"got a date"),
+        ("sysfs_root: true\n", r"^sysfs_root \(from config file .*\): expected a string, got a "
+                               r"boolean \(true\)$"),
+        ("kubelet_socket: ''\n", r"^kubelet_socket \(from config file .*\): must not be empty$"),
+        ("node_name: \"a\\x00b\"\n", r"^node_name \(from config file .*\): contains a control "
+                                     r"character"),
+        ("naming: [otel, [dcgm]]\n", r"^naming \(from config file .*\): expected a list of names, "
+                                     r"but item 2 is a list$"),
+        ("kubelet_resource_names: {a: 1}\n", r"^kubelet_resource_names \(from config file .*\): "
+                                             r"expected a list or a single value, got a mapping$"),
+        ("log_level: [info]\n", r"^log_level \(from config file .*\): expected a single value"),
+        ("interval: 10s\ninterval: 20s\n", r"^config file .*: duplicate key 'interval' at line 2"),
+        ("a: &x 1\nb: *x\n", r"^config file .*: YAML aliases \(\*x\) are not allowed"),
+        ("interval: !!int x\n", r"^config file .*: invalid value \("),
+    ],
+)
+def test_each_setting_from_the_file_has_the_shape_of_its_row(tmp_path, text, expected):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load({}, environ={}, config_file=str(path))
+    assert re.search(expected, str(info.value)), str(info.value)
+
+
+def test_list_settings_take_lists_or_comma_separated_text(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("kubelet_resource_names: [example.com/gpu, 7]\nnaming: otel, dcgm\n")
+    cfg = load({}, environ={}, config_file=str(path))
+    assert cfg.kubelet_resource_names == ("example.com/gpu", "7")
+    assert cfg.naming == ("otel", "dcgm")
+    assert [o.key for o in OPTIONS if o.many] == [
+        "kubelet_resource_names", "naming", "exporters"]
+
+
+def test_config_file_is_read_as_text_of_bounded_size(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_bytes(b"interval: 10s # \xff\n")
+    with pytest.raises(ConfigError, match=r"^config file .*c.yaml: not UTF-8 text"):
+        load({}, environ={}, config_file=str(path))
+    with pytest.raises(ConfigError, match=r"^config file /dev/zero: not a regular file"):
+        load({}, environ={}, config_file="/dev/zero")
+
+
+def test_a_counters_file_needs_the_dcgm_naming():
+    with pytest.raises(ConfigError, match=r"^collectors \(from flag -f/--collectors\): a counters "
+                                          r"file is only used by the dcgm naming profile, and "
+                                          r"naming is otel; add dcgm"):
+        load({"collectors": "counters.csv"}, environ={})
+    env = {"OTEL_GPU_COLLECTORS": "counters.csv", "OTEL_GPU_NAMING": "kubelet"}
+    with pytest.raises(ConfigError, match=r"^collectors \(from environment variable "
+                                          r"OTEL_GPU_COLLECTORS\): .* naming is kubelet;"):
+        load({}, environ=env)
+    cfg = load({"collectors": "counters.csv", "naming": "otel,dcgm"}, environ={})
+    assert cfg.collectors == "counters.csv"
+
+
+@pytest.mark.parametrize("good", ["127.0.0.1:0", "[::1]:9400", "localhost:80", ":9400",
+                                  "node-7.example.com:9400", "[fe80::1%eth0]:9400"])
+def test_listen_accepts_addresses_and_host_names(good):
+    parse_listen(good)
+
+
+@pytest.mark.parametrize("bad", ["bad host:80", "[nothost]:80", "a\x00b:80", "host:٣", "[::1:80",
+                                 "-x:80", 9400])
+def test_listen_refuses_what_cannot_be_bound(bad):
+    with pytest.raises(ValueError):
+        parse_listen(bad)
+
+
+@pytest.mark.parametrize("good", ["http://collector:4318", "https://[::1]:4317/v1/metrics",
+                                  "collector:4317", "HTTP://c"])
+def test_otlp_endpoint_accepts_urls_and_host_port(good):
+    assert load({"otlp_endpoint": good}, environ={}).otlp_endpoint == good
+
+
+@pytest.mark.parametrize(("bad", "why"), [
+    ("http://[::1", "not a valid URL"), ("http://c:99999", "not a valid URL"),
+    ("ftp://c:21", "expected an http:// or https:// URL"), ("http://", "with a host"),
+    ("collector", "expected a URL such as"), ("http://c:0", "port must be 1..65535"),
+    ("http://c:4318/v1 metrics", "must not contain spaces"),
+])
+def test_otlp_endpoint_refuses_what_the_exporter_cannot_use(bad, why):
+    with pytest.raises(ConfigError, match=r"^otlp_endpoint \(from flag --otlp-endpoint\): ") as i:
+        load({"otlp_endpoint": bad}, environ={})
+    assert why in str(i.value)

@@ -65,3 +65,10 @@ def test_size_and_encoding_are_checked(tmp_path):
 def test_file_errors_are_setup_errors(tmp_path):
     with pytest.raises(SetupError, match="cannot read it"):
         read_text(str(tmp_path / "absent"), "file")
+
+
+@pytest.mark.parametrize("doc", ["a: !!int x\n", "a: !!set ~\n", "a: !!bool x\n",
+                                 "a: !!timestamp x\n", "a: !!map ~\n"])
+def test_tags_yaml_cannot_build_are_one_line(doc):
+    with pytest.raises(FileError, match=r"^f: invalid value \(.+\)$"):
+        parse_yaml(doc, "f")

@@ -8,7 +8,15 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from otel_gpu.pipeline import Pipeline, PodChurn, SnapshotStore, readiness
+from otel_gpu.pipeline import (
+    CHURNED,
+    GROWN,
+    Pipeline,
+    PodChurn,
+    SnapshotStore,
+    readiness,
+    room_for,
+)
 from otel_gpu.snapshot import (
     FAILED,
     Attribution,
@@ -18,6 +26,7 @@ from otel_gpu.snapshot import (
     Pods,
     Snapshot,
 )
+from tests.support.process import wait_until
 from tests.support.snapshots import snapshot
 
 _LOCKISH = re.compile(r"(^|_)(r?lock|cond|mutex)s?($|_)", re.IGNORECASE)
@@ -31,6 +40,12 @@ def _snap(seq: int, taken: float | None = None, devices=()) -> Snapshot:
 def _held_by(*pods: str) -> Attribution:
     return Attribution({GPU.uuid: tuple(Holder(p, "ns", "main", None, "nvidia.com/gpu")
                                         for p in pods)})
+
+
+def _sliced(holders: int) -> Attribution:
+    """GPU shared by ``holders`` pods, one time-slicing replica each."""
+    return Attribution({GPU.uuid: tuple(Holder(f"s{i}", "ns", "main", i, "nvidia.com/gpu", True)
+                                        for i in range(holders))})
 
 
 def _never() -> Snapshot:
@@ -109,9 +124,74 @@ def test_churn_counts_gone_pods_and_resets():
     churn = PodChurn(limit=3)
     for i in range(4):
         assert not churn.needs_rebuild(replace(_snap(i), pods=Pods(_held_by(f"p{i}"))))
-    assert churn.needs_rebuild(replace(_snap(5), pods=Pods(_held_by("p5"))))
+    assert churn.needs_rebuild(replace(_snap(5), pods=Pods(_held_by("p5")))) == CHURNED
     assert not churn.needs_rebuild(replace(_snap(6), pods=Pods(_held_by("p6"))))
     assert not churn.needs_rebuild(_snap(7))  # no attribution: nothing to count
+
+
+def test_churn_asks_for_a_rebuild_when_pods_outgrow_the_room():
+    churn = PodChurn()
+    assert churn.room == room_for(0)
+    assert churn.needs_rebuild(replace(_snap(1), pods=Pods(_sliced(room_for(0))))) is None
+    assert churn.needs_rebuild(replace(_snap(2), pods=Pods(_sliced(2500)))) == GROWN
+    assert churn.room == room_for(2500) == 5000
+    assert churn.needs_rebuild(replace(_snap(3), pods=Pods(_sliced(2500)))) is None
+    churn.room = 2600  # what the rebuilt SDK said it has room for
+    assert churn.needs_rebuild(replace(_snap(4), pods=Pods(_sliced(2601)))) == GROWN
+
+
+def test_pods_outgrowing_the_sdk_wake_the_sampler_for_a_release():
+    """Growth seen on the kubelet thread is released at once on the sampler thread, not
+    at the next sample (an hour away here); what ``release`` returns becomes the room,
+    and the latest snapshot is published again so that caches drop the old render.
+    """
+    pods = {"now": _held_by("p0")}
+    released: list[str] = []
+
+    def release() -> int:
+        released.append(threading.current_thread().name)
+        return 10_000
+
+    pipeline = Pipeline(lambda: _snap(1), interval=3600.0,
+                        enrich=lambda s: replace(s, pods=Pods(pods["now"])), release=release)
+    pipeline.start()
+    try:
+        assert pipeline.store.wait_for(1, timeout=10) is not None
+        version = pipeline.store.version
+        pods["now"] = _sliced(2500)
+        t = threading.Thread(target=pipeline.pods_changed, name="otel-gpu-podresources")
+        t.start()
+        t.join(10)
+        wait_until(lambda: released, 10, "a release on the sampler thread")
+        assert released == ["otel-gpu-sampler"]
+        wait_until(lambda: pipeline.store.version >= version + 2, 10, "the re-publication")
+        pods["now"] = _sliced(5000)  # inside the room the release reported: no rebuild
+        pipeline.pods_changed()
+        assert pipeline.release_if_due() is False and released == ["otel-gpu-sampler"]
+    finally:
+        assert pipeline.stop()
+
+
+def test_a_failing_release_does_not_end_the_sampler_thread():
+    pods = {"now": _held_by("p0")}
+    calls: list[int] = []
+
+    def release() -> None:
+        calls.append(len(calls))
+        if len(calls) == 1:
+            raise RuntimeError("a bug")
+
+    pipeline = Pipeline(lambda: _snap(1), interval=3600.0,
+                        enrich=lambda s: replace(s, pods=Pods(pods["now"])), release=release)
+    pipeline.start()
+    try:
+        assert pipeline.store.wait_for(1, timeout=10) is not None
+        for holders, released in ((300, 1), (2500, 2)):
+            pods["now"] = _sliced(holders)
+            pipeline.pods_changed()
+            wait_until(lambda n=released: len(calls) == n, 10, f"release {released}")
+    finally:
+        assert pipeline.stop()
 
 
 def test_release_runs_on_the_sampler_thread_not_the_kubelet_thread():

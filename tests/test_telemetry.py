@@ -7,8 +7,16 @@ from types import MappingProxyType
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from otel_gpu.snapshot import FAILED, OK, Device, DeviceSample
-from otel_gpu.telemetry import build_meter_provider, build_resource, device_attributes
+from otel_gpu.pipeline import room_for
+from otel_gpu.snapshot import FAILED, OK, Attribution, Device, DeviceSample, Holder, Pods
+from otel_gpu.telemetry import (
+    SDK_CARDINALITY_LIMIT,
+    Telemetry,
+    build_meter_provider,
+    build_resource,
+    cardinality,
+    device_attributes,
+)
 from tests.support.snapshots import snapshot
 
 GPU = Device("GPU-aaaa", 0, "NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "00000000:18:00.0",
@@ -113,3 +121,73 @@ def test_resource_from_process_environment(monkeypatch):
     res = build_resource().attributes
     assert res["cloud.region"] == "eu-west-4"
     assert res["service.name"] == "gpus"
+
+
+# --- the cardinality limit: every live pod keeps its own series ---------------------
+
+OVERFLOW = "otel.metric.overflow"
+
+
+def _time_sliced(holders: int, seq: int = 1):
+    """GPU shared by ``holders`` pods (time-slicing replicas), one allocation series each."""
+    attribution = Attribution({GPU.uuid: tuple(
+        Holder(f"slice-{i}", "ml", "srv", i, "nvidia.com/gpu", True) for i in range(holders))})
+    return snapshot(DeviceSample(GPU, OK, MappingProxyType({"power": 300_000})), seq=seq,
+                    pods=Pods(attribution))
+
+
+def _allocation_pods(reader) -> list[str]:
+    points = _points(reader).get("nvidia.gpu.k8s.allocation", [])
+    assert not [a for _, a in points if a.get(OVERFLOW)], "live pods folded into overflow"
+    return sorted(a["k8s.pod.name"] for _, a in points)
+
+
+def _telemetry(latest):
+    readers: list[list[InMemoryMetricReader]] = []
+
+    def make():
+        readers.append([InMemoryMetricReader(), InMemoryMetricReader()])  # Prometheus, OTLP
+        return list(readers[-1]), None
+
+    return Telemetry(build_resource(environ={}), latest, make), readers
+
+
+def test_more_holders_than_the_sdk_default_each_keep_a_series():
+    snap = _time_sliced(2500)
+    telemetry, readers = _telemetry(lambda: snap)
+    try:
+        assert telemetry.cardinality_limit >= 2 * 2500 > SDK_CARDINALITY_LIMIT
+        for reader in readers[-1]:  # every reader, not only Prometheus
+            assert len(_allocation_pods(reader)) == 2500
+    finally:
+        telemetry.shutdown(1)
+
+
+def test_rebuild_sizes_the_limit_for_pods_that_arrived():
+    state = {"snap": _time_sliced(4)}
+    telemetry, readers = _telemetry(lambda: state["snap"])
+    try:
+        first = telemetry.cardinality_limit
+        assert first == cardinality(state["snap"])[0]
+        assert telemetry.room >= room_for(4)
+        arrived = first + 500
+        state["snap"] = _time_sliced(arrived, seq=2)
+        points = _points(readers[-1][0])["nvidia.gpu.k8s.allocation"]
+        assert [a for _, a in points if a.get(OVERFLOW)]  # what the SDK does past its limit
+        room = telemetry.rebuild()
+        assert room == telemetry.room >= room_for(arrived)
+        assert telemetry.cardinality_limit > first
+        assert len(readers) == 2 and len(_allocation_pods(readers[-1][0])) == arrived
+    finally:
+        telemetry.shutdown(1)
+
+
+def test_cardinality_counts_devices_series_and_pods():
+    assert cardinality(None) == (32 * (64 + room_for(0)), room_for(0))
+    limit, room = cardinality(_time_sliced(2500))
+    fanout = limit // (1 + room_for(2500))
+    assert fanout >= 3  # hw.status: one series per state
+    assert limit == fanout * (1 + room_for(2500)) and room == room_for(2500)
+    plain = snapshot(DeviceSample(GPU, OK, MappingProxyType({"power": 300_000})))
+    # never below the default
+    assert cardinality(plain, catalog=()) == (SDK_CARDINALITY_LIMIT, SDK_CARDINALITY_LIMIT - 1)

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
+import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import field, make_dataclass, replace
-from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -41,9 +42,10 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.resources import Resource
 
+from otel_gpu._files import FileError, read_bytes, read_text
 from otel_gpu._log import LogLimiter
 from otel_gpu.catalog import POD_ATTRIBUTES
-from otel_gpu.config import OPTIONS
+from otel_gpu.config import OPTIONS, parse_endpoint
 from otel_gpu.errors import SetupError
 
 log = logging.getLogger(__name__)
@@ -106,15 +108,35 @@ def endpoint_configured(settings: OtlpSettings, environ: Mapping[str, str]) -> b
     )
 
 
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+"""An HTTP field name (RFC 9110 token)."""
+_ENV_ITEM = re.compile(r"^[ \t]*[!#$%&'*+.^_`|~0-9A-Za-z-]+[ \t]*=[ \t]*"
+                       r"[\x20\x21\x23-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]*[ \t]*$")
+"""One ``key=value`` of an OTEL_EXPORTER_OTLP_*HEADERS variable, as the SDK reads it."""
+
+
+def _value_problem(value: str) -> str | None:
+    """What is wrong with a decoded header value, never quoting it (it may be a secret)."""
+    if value != value.strip(" \t"):
+        return "the value has leading or trailing spaces (after %-decoding)"
+    if any(ch < " " or ch == "\x7f" for ch in value):
+        return "the value contains a control character (after %-decoding)"
+    if not value.isascii():
+        return "the value is not ASCII (after %-decoding); %-encode it as UTF-8 bytes"
+    return None
+
+
 def read_headers_file(path: str) -> dict[str, str]:
     """``key=value`` per line or comma-separated, ``#`` comments; values may be %-encoded.
 
-    Tokens can then come from a mounted Secret; they are never logged.
+    Tokens can then come from a mounted Secret; they are never logged, nor
+    quoted in an error: a bad header is named by its line (and its name, when
+    that is a valid one).
     """
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise OtlpSetupError(f"OTLP headers file {path}: cannot read it ({exc.strerror})") from None
+        text = read_text(path, "OTLP headers file")
+    except FileError as exc:
+        raise OtlpSetupError(str(exc)) from None
     headers: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
@@ -122,21 +144,49 @@ def read_headers_file(path: str) -> dict[str, str]:
             continue
         for item in line.split(","):
             key, sep, value = item.partition("=")
-            if not sep or not key.strip():
-                raise OtlpSetupError(
-                    f"OTLP headers file {path}: line {number}: expected key=value"
-                )
-            headers[key.strip().lower()] = unquote(value.strip())
+            key = key.strip()
+            where = f"OTLP headers file {path}: line {number}"
+            if not sep or not key:
+                raise OtlpSetupError(f"{where}: expected key=value")
+            if not _TOKEN.match(key):
+                raise OtlpSetupError(f"{where}: the header name is not an HTTP token (letters, "
+                                     "digits and !#$%&'*+-.^_`|~ only)")
+            decoded = unquote(value.strip())
+            problem = _value_problem(decoded)
+            if problem:
+                raise OtlpSetupError(f"{where}: header {key.lower()!r}: {problem}")
+            headers[key.lower()] = decoded
     return headers
 
 
 def _env_headers(environ: Mapping[str, str]) -> dict[str, str]:
-    from opentelemetry.util.re import parse_env_headers
+    """The OTEL_EXPORTER_OTLP_[METRICS_]HEADERS headers, read as the SDK reads them.
 
-    raw = environ.get("OTEL_EXPORTER_OTLP_METRICS_HEADERS") or environ.get(
-        "OTEL_EXPORTER_OTLP_HEADERS", ""
-    )
-    return dict(parse_env_headers(raw, liberal=True))
+    An entry the SDK would drop, logging it whole, is refused here instead, by
+    its position, so that no token reaches a log line.
+    """
+    name = "OTEL_EXPORTER_OTLP_METRICS_HEADERS"
+    if not environ.get(name):
+        name = "OTEL_EXPORTER_OTLP_HEADERS"
+    headers: dict[str, str] = {}
+    for position, item in enumerate(re.split(r"[ \t]*,[ \t]*", environ.get(name, "")), 1):
+        if not item:
+            continue
+        where = f"{name}: header {position}"
+        if not _ENV_ITEM.match(item):
+            raise OtlpSetupError(f"{where}: expected key=value with a valid HTTP header name "
+                                 "and the value %-encoded")
+        key, _, value = item.partition("=")
+        key = unquote(key).strip().lower()
+        if not _TOKEN.match(key):
+            raise OtlpSetupError(f"{where}: the header name is not an HTTP token once "
+                                 "%-decoded")
+        decoded = unquote(value).strip()
+        problem = _value_problem(decoded)
+        if problem:
+            raise OtlpSetupError(f"{where} ({key!r}): {problem}")
+        headers[key] = decoded
+    return headers
 
 
 def _temporality(name: str | None) -> dict[type, AggregationTemporality] | None:
@@ -157,21 +207,139 @@ def _temporality(name: str | None) -> dict[type, AggregationTemporality] | None:
     )
 
 
-def _read(path: str | None, what: str) -> bytes | None:
-    if path is None:
-        return None
+_TLS_FILES = (("certificate", "CERTIFICATE"), ("client_certificate", "CLIENT_CERTIFICATE"),
+              ("client_key", "CLIENT_KEY"))
+
+
+def _tls_files(settings: OtlpSettings, environ: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """Each TLS file in use: name -> (path, where it came from).
+
+    The setting, else ``OTEL_EXPORTER_OTLP_METRICS_<NAME>``, else
+    ``OTEL_EXPORTER_OTLP_<NAME>``: the files the SDK would otherwise open at
+    the first export.
+    """
+    out: dict[str, tuple[str, str]] = {}
+    for name, var in _TLS_FILES:
+        value = getattr(settings, name)
+        if value:
+            out[name] = (value, _PREFIX + name)
+            continue
+        for env in (f"OTEL_EXPORTER_OTLP_METRICS_{var}", f"OTEL_EXPORTER_OTLP_{var}"):
+            if environ.get(env, "").strip():
+                out[name] = (environ[env].strip(), env)
+                break
+    return out
+
+
+def _no_password() -> bytes:
+    return b""  # never let OpenSSL prompt on a terminal for an encrypted key
+
+
+def _load_tls(settings: OtlpSettings, environ: Mapping[str, str],
+              protocol: str) -> dict[str, bytes]:
+    """The PEM files named by the settings or variables, read and checked to be loadable."""
+    files = _tls_files(settings, environ)
+    data: dict[str, bytes] = {}
+    for name, (path, origin) in files.items():
+        try:
+            data[name] = read_bytes(path, origin)
+        except FileError as exc:
+            raise OtlpSetupError(str(exc)) from None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    if "certificate" in data:
+        path, origin = files["certificate"]
+        try:
+            context.load_verify_locations(cadata=data["certificate"].decode("ascii"))
+        except (ssl.SSLError, ValueError) as exc:
+            raise OtlpSetupError(
+                f"{origin} {path}: not a PEM CA certificate bundle ({_ssl_reason(exc)})"
+            ) from None
+    if "client_key" in data and "client_certificate" not in data:
+        path, origin = files["client_key"]
+        raise OtlpSetupError(f"{origin} {path}: a client key needs a client certificate "
+                             "(otlp_client_certificate)")
+    if protocol == GRPC and "client_certificate" in data and "client_key" not in data:
+        path, origin = files["client_certificate"]
+        raise OtlpSetupError(f"{origin} {path}: gRPC needs the client key in a file of its own "
+                             "(otlp_client_key)")
+    if "client_certificate" in data:
+        cert, cert_origin = files["client_certificate"]
+        key, key_origin = files.get("client_key", (None, None))
+        try:
+            context.load_cert_chain(cert, key, password=_no_password)
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            also = f" with {key_origin} {key}" if key else " (no client key given)"
+            raise OtlpSetupError(
+                f"{cert_origin} {cert}{also}: not a usable PEM certificate and unencrypted "
+                f"private key ({_ssl_reason(exc)})"
+            ) from None
+    return data
+
+
+def _ssl_reason(exc: Exception) -> str:
+    """OpenSSL's reason, without its source location."""
+    if isinstance(exc, UnicodeDecodeError):
+        return "not PEM text"
+    if isinstance(exc, OSError) and not isinstance(exc, ssl.SSLError) and exc.strerror:
+        return exc.strerror
+    text = str(exc.args[-1]) if exc.args else str(exc)
+    text = re.sub(r"^\[[^]]*\]\s*|\s*\(_ssl\.c:\d+\)$", "", " ".join(text.split()))
+    if text == "PEM lib":
+        return "not PEM, or the key is encrypted"
+    return text or exc.__class__.__name__
+
+
+def _endpoint(settings: OtlpSettings, environ: Mapping[str, str], protocol: str) -> None:
+    """The endpoint in use is a URL (or host:port for gRPC): refused here, not at each export."""
+    if settings.endpoint:
+        endpoint, origin = settings.endpoint, "otlp_endpoint"
+    else:
+        origin = next((v for v in ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                                   "OTEL_EXPORTER_OTLP_ENDPOINT") if environ.get(v, "").strip()),
+                      None)
+        if origin is None:
+            return
+        endpoint = environ[origin]
     try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise OtlpSetupError(f"OTLP {what} {path}: cannot read it ({exc.strerror})") from None
+        parse_endpoint(endpoint)
+    except ValueError as exc:
+        raise OtlpSetupError(f"{origin}: {exc}") from None
+    if protocol == HTTP and "://" not in endpoint:
+        raise OtlpSetupError(f"{origin}: http/protobuf needs a URL such as "
+                             f"http://collector:4318, got {endpoint.strip()!r}")
+
+
+def validate(settings: OtlpSettings, environ: Mapping[str, str]) -> None:
+    """Everything :func:`build_exporter` checks, without building it (for ``check``)."""
+    protocol = resolve_protocol(settings, environ)
+    _endpoint(settings, environ, protocol)
+    _env_headers(environ)
+    if settings.headers_file:
+        read_headers_file(settings.headers_file)
+    _load_tls(settings, environ, protocol)
 
 
 def build_exporter(settings: OtlpSettings, environ: Mapping[str, str]) -> MetricExporter:
     """The SDK exporter for the chosen protocol, with partial-success reporting."""
     protocol = resolve_protocol(settings, environ)
+    _endpoint(settings, environ, protocol)
+    env_headers = _env_headers(environ)
     headers: dict[str, str] | None = None
     if settings.headers_file:
-        headers = {**_env_headers(environ), **read_headers_file(settings.headers_file)}
+        headers = {**env_headers, **read_headers_file(settings.headers_file)}
+    tls = _load_tls(settings, environ, protocol)
+    try:
+        exporter = _sdk_exporter(settings, protocol, headers, tls)
+    except Exception as exc:  # the SDK reads OTEL_* variables of its own here, and may refuse
+        raise OtlpSetupError(
+            f"OTLP exporter: {' '.join(str(exc).split()) or exc.__class__.__name__}"
+        ) from None
+    report_partial_success(exporter)
+    return exporter
+
+
+def _sdk_exporter(settings: OtlpSettings, protocol: str, headers: dict[str, str] | None,
+                  tls: Mapping[str, bytes]) -> MetricExporter:
     compression = settings.compression
     temporality = _temporality(settings.temporality)
     if protocol == GRPC:
@@ -183,9 +351,9 @@ def build_exporter(settings: OtlpSettings, environ: Mapping[str, str]) -> Metric
         credentials = None
         if settings.certificate or settings.client_certificate:
             credentials = grpc.ssl_channel_credentials(
-                root_certificates=_read(settings.certificate, "certificate"),
-                private_key=_read(settings.client_key, "client key"),
-                certificate_chain=_read(settings.client_certificate, "client certificate"),
+                root_certificates=tls.get("certificate"),
+                private_key=tls.get("client_key"),
+                certificate_chain=tls.get("client_certificate"),
             )
         grpc_compression = None
         if compression is not None:
@@ -221,7 +389,6 @@ def build_exporter(settings: OtlpSettings, environ: Mapping[str, str]) -> Metric
             compression=Compression(compression) if compression else None,
             preferred_temporality=temporality,
         )
-    report_partial_success(exporter)
     return exporter
 
 

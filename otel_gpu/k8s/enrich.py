@@ -4,30 +4,70 @@ It runs when a sample is taken and when the kubelet's answer changes (on
 those threads, never on a scrape), so instrument callbacks find the pods
 already attached to the snapshot they read and never touch the kubelet,
 sysfs, or the join itself.
+
+Allocated ids that match no device (a device plugin naming devices in a way
+otel-gpu does not know, or ids of another node's GPUs) are reported as one
+summary line when their set changes, at most once a minute, and counted by
+``otel_gpu.kubelet.unresolved_ids``: a node with thousands of such ids
+writes a line a minute at most, and remembers nothing per id.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from otel_gpu._log import LogLimiter
+from otel_gpu._log import ChangeLimiter
 from otel_gpu.k8s.attribution import Attributor
 from otel_gpu.k8s.podresources import PodResourcesWatcher
-from otel_gpu.snapshot import Pods, Snapshot
+from otel_gpu.snapshot import Pods, Snapshot, UnresolvedId
 
 log = logging.getLogger(__name__)
 
+EXAMPLES = 3
+"""Unmatched ids quoted in the summary line."""
+SUMMARY_EVERY_S = 60.0
+_ID_CHARS = 80
+
+
+def _fingerprint(unresolved: Sequence[UnresolvedId]) -> tuple[int, int]:
+    """Small, order-free identity of a set of unmatched ids."""
+    return len(unresolved), hash(frozenset((u.resource_name, u.device_id) for u in unresolved))
+
+
+_NONE = _fingerprint(())
+
+
+def _example(u: UnresolvedId) -> str:
+    device_id = u.device_id if len(u.device_id) <= _ID_CHARS else u.device_id[:_ID_CHARS] + "..."
+    return f"{u.resource_name} {device_id!r} ({u.reason})"
+
 
 class PodEnricher:
-    """Attaches :class:`~otel_gpu.snapshot.Pods` to snapshots; cheap when nothing changed."""
+    """Attaches :class:`~otel_gpu.snapshot.Pods` to snapshots; cheap when nothing changed.
 
-    def __init__(self, watcher: PodResourcesWatcher, sysfs_root: Path = Path("/")) -> None:
+    Called under the pipeline's lock (or from ``check``, on one thread), so its
+    state needs no lock of its own.
+    """
+
+    def __init__(
+        self,
+        watcher: PodResourcesWatcher,
+        sysfs_root: Path = Path("/"),
+        *,
+        summary_every: float = SUMMARY_EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.watcher = watcher
         self.sysfs_root = Path(sysfs_root)
         self._attributor: Attributor | None = None
-        self._limiter = LogLimiter(log, 3600.0)
+        self._unresolved_log = ChangeLimiter(summary_every, clock=clock, initial=_NONE)
+        self._unresolved: tuple[UnresolvedId, ...] = ()
+        self._unresolved_key = _NONE
+        self._summary_every = summary_every
 
     def __call__(self, snapshot: Snapshot) -> Snapshot:
         devices = tuple(s.device for s in snapshot.devices)
@@ -35,11 +75,26 @@ class PodEnricher:
             self._attributor = Attributor(devices, self.sysfs_root)
         state = self.watcher.state
         attribution = self._attributor(state)
-        for skipped in attribution.unresolved:
-            self._limiter.once(
-                ("unresolved", skipped.resource_name, skipped.device_id), logging.WARNING,
-                "kubelet lists %s %r, which was skipped: %s",
-                skipped.resource_name, skipped.device_id, skipped.reason,
-            )
+        self._report_unresolved(attribution.unresolved)
         pods = Pods(attribution, self.watcher.stats, state.taken_monotonic)
         return replace(snapshot, pods=pods)
+
+    def _report_unresolved(self, unresolved: tuple[UnresolvedId, ...]) -> None:
+        """One line for the set of unmatched ids when it changed (see the module docstring)."""
+        if unresolved is not self._unresolved:  # a new kubelet answer (or new devices)
+            self._unresolved, self._unresolved_key = unresolved, _fingerprint(unresolved)
+        changes = self._unresolved_log.changes(self._unresolved_key)
+        if not changes:
+            return
+        more = (f"; the set changed {changes} times since the last such line "
+                f"(at most one every {self._summary_every:g} s)") if changes > 1 else ""
+        if not unresolved:
+            log.info("every device id the kubelet lists matches a device on this node again%s",
+                     more)
+            return
+        log.warning(
+            "the kubelet lists %d allocated device id(s) that match no GPU or MIG instance "
+            "on this node, so their containers are not attributed (see "
+            "otel_gpu_kubelet_unresolved_ids); for example %s%s",
+            len(unresolved), ", ".join(_example(u) for u in unresolved[:EXAMPLES]), more,
+        )

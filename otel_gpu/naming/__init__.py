@@ -15,6 +15,7 @@ from typing import Protocol
 
 from otel_gpu.naming.dcgm import DcgmProfile, parse_collectors, select_fields
 from otel_gpu.naming.exposition import Family, render
+from otel_gpu.naming.health import HealthProfile
 from otel_gpu.naming.kubelet import KubeletProfile
 from otel_gpu.snapshot import Snapshot
 
@@ -40,6 +41,8 @@ def build_profiles(
     that NVML cannot provide are logged once here, with the reason.
     """
     profiles: list[Profile] = []
+    if "otel" not in names:  # the collector's own health is on the endpoint whatever the names
+        profiles.append(HealthProfile())
     if "dcgm" in names:
         entries = parse_collectors(collectors_file) if collectors_file else None
         fields, problems = select_fields(entries)

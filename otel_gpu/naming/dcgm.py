@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
+from otel_gpu._files import FileError, read_text
 from otel_gpu.errors import SetupError
 from otel_gpu.naming.exposition import Family
 from otel_gpu.nvml import sources as c
@@ -193,9 +193,9 @@ class CsvEntry:
 def parse_collectors(path: str) -> list[CsvEntry]:
     """Reads a dcgm-exporter counters file: ``DCGM_FI_NAME, type, help`` lines, ``#`` comments."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CollectorsError(f"collectors file {path}: cannot read it ({exc.strerror})") from None
+        text = read_text(path, "collectors file")
+    except FileError as exc:
+        raise CollectorsError(str(exc)) from None
     entries = []
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
@@ -205,20 +205,26 @@ def parse_collectors(path: str) -> list[CsvEntry]:
         if len(parts) < 2 or not parts[0] or not parts[1]:
             raise CollectorsError(
                 f"collectors file {path}: line {number}: expected 'DCGM_FI_NAME, type, help', "
-                f"got {raw.strip()!r}"
+                f"got {_shorten(raw.strip())}"
             )
         name, type_ = parts[0], parts[1].lower()
         if not name.startswith("DCGM_FI_") or not name.replace("_", "").isalnum():
             raise CollectorsError(
-                f"collectors file {path}: line {number}: {name!r} is not a DCGM_FI_ field name"
+                f"collectors file {path}: line {number}: {_shorten(name)} is not a DCGM_FI_ "
+                "field name"
             )
         if type_ not in TYPES:
             raise CollectorsError(
-                f"collectors file {path}: line {number}: type {parts[1]!r} is not one of "
+                f"collectors file {path}: line {number}: type {_shorten(parts[1])} is not one of "
                 f"{', '.join(TYPES)}"
             )
         entries.append(CsvEntry(name, type_, parts[2] if len(parts) > 2 else "", number))
     return entries
+
+
+def _shorten(text: str) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
 def select_fields(entries: Iterable[CsvEntry] | None) -> tuple[list[DcgmField], list[str]]:

@@ -16,6 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -23,6 +24,7 @@ from otel_gpu._log import LogLimiter
 from otel_gpu.catalog import CATALOG, Metric, all_sources
 from otel_gpu.nvml.library import Nvml, Outcome, Result, classify, error_name
 from otel_gpu.nvml.sources import REMAP_FAILURE, REMAP_PENDING, Reader, Source
+from otel_gpu.nvml.workers import DeviceWorker, Job
 from otel_gpu.snapshot import (
     DEGRADED,
     FAILED,
@@ -43,6 +45,14 @@ def _field_value(entry: Any) -> float | None:
     if 0 <= kind < len(_VALUE_MEMBERS):
         return float(getattr(entry.value, _VALUE_MEMBERS[kind]))
     return None
+
+
+def _read_small(path: Path) -> str:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read(64).strip()
+    except OSError:
+        return ""
 
 
 def _text(value: Any) -> str:
@@ -67,7 +77,11 @@ def mig_profile(name: str) -> str | None:
 
 @dataclass
 class _Tracked:
-    """Sampler-private state of one device across samples."""
+    """Sampler-private state of one device across samples.
+
+    ``unsupported`` and ``failure`` are written by the device's worker thread
+    only; ``xid`` by the sampler thread only.
+    """
 
     device: Device
     handle: Any
@@ -76,12 +90,29 @@ class _Tracked:
     xid: Counter = field(default_factory=Counter)
     last_xid: int | None = None
     failure: str | None = None
+    open_failure: str | None = None
+    """Why NVML could not open the GPU at the last discovery (then ``handle`` is stale)."""
+    state: str = OK
+    values: Mapping[str, float] = field(default_factory=lambda: _NO_VALUES)
+    read_at: float | None = None
+    """Monotonic time the last read of this device finished."""
+    hung_since: float | None = None
     events_registered: bool = False
 
     def label(self) -> str:
         if self.device.is_mig:
             return f"GPU {self.device.index} MIG {self.device.mig_profile} ({self.device.uuid})"
         return f"GPU {self.device.index} ({self.device.uuid})"
+
+
+_NO_VALUES: Mapping[str, float] = MappingProxyType({})
+COMMON_XIDS = (13, 31, 43, 45, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 109, 119, 120)
+"""XIDs whose series exist at 0 from discovery on, so the first one is an increase."""
+
+
+def unknown_uuid(index: int) -> str:
+    """The ``hw.id`` of a GPU NVML counts but has never let us open: its index stands in."""
+    return f"GPU-unknown-index-{index}"
 
 
 class Sampler:
@@ -96,6 +127,8 @@ class Sampler:
         wall_clock: Callable[[], float] = time.time,
         max_events: int = 256,
         rediscover_every: int = 60,
+        read_timeout: float = 5.0,
+        sysfs_root: Path | None = None,
     ) -> None:
         self._nvml = nvml
         self._m = nvml.module
@@ -111,7 +144,15 @@ class Sampler:
         self._devices: list[_Tracked] = []
         self._by_token: dict[int, _Tracked] = {}
         self._known_count: int | None = None
-        self._discovery_incomplete = False
+        self._unopened: set[int] = set()
+        self._topology_changed = False
+        self._read_timeout = read_timeout
+        self._sysfs_root = sysfs_root
+        self._workers: dict[str, DeviceWorker] = {}
+        self._gone_codes = frozenset(
+            getattr(self._m, name) for name in ("NVML_ERROR_INVALID_ARGUMENT",
+                                                "NVML_ERROR_NOT_FOUND") if hasattr(self._m, name)
+        )
         self._driver_version: str | None = None
         self._event_set: Any = None
         self._seq = 0
@@ -127,36 +168,46 @@ class Sampler:
     def _discover(self, count: int, problems: list[str]) -> None:
         m = self._m
         previous = {t.device.uuid: t for t in self._devices}
+        gpus_by_index = {t.device.index: t for t in self._devices if not t.device.is_mig}
         found: list[_Tracked] = []
-        self._discovery_incomplete = False
+        self._unopened = set()
+        self._topology_changed = False
         if self._driver_version is None:
             version = self._get(m.nvmlSystemGetDriverVersion)
             self._driver_version = _text(version) if version is not None else None
         for index in range(count):
+            old = gpus_by_index.get(index)
+            if old is not None and self._worker(old).busy:
+                # A call on it is hung: asking NVML about it again would hang this thread too.
+                found.append(old)
+                found.extend(t for t in self._devices if t.parent is old)
+                continue
             res = self._nvml.call(m.nvmlDeviceGetHandleByIndex, index)
             uuid = self._get(m.nvmlDeviceGetUUID, res.value) if res.ok else None
             if uuid is None:
                 why = res.message or "no UUID"
-                problems.append(f"GPU {index} could not be opened: {why}")
-                self._limited.log(("discover", index), logging.WARNING,
-                              "GPU %d could not be opened (%s); retrying on the next sample",
-                              index, why)
-                self._discovery_incomplete = True
+                found.extend(self._unopenable(index, why, old, count, problems))
                 continue
             gpu = self._describe_gpu(index, res.value, _text(uuid))
             found.append(previous.get(gpu.device.uuid, gpu))
             found[-1].handle = res.value
+            found[-1].open_failure = None
             found.extend(self._discover_mig(found[-1], previous))
+        kept = {t.device.uuid for t in found}
         added = [t.device.uuid for t in found if t.device.uuid not in previous]
         if previous and added:
             log.warning("new devices appeared: %s", ", ".join(added))
-        gone = [uuid for uuid in previous if uuid not in {t.device.uuid for t in found}]
+        gone = [uuid for uuid in previous if uuid not in kept]
         if gone:
             log.warning("devices no longer listed by NVML: %s", ", ".join(gone))
+        for uuid in gone:
+            worker = self._workers.pop(uuid, None)
+            if worker is not None:
+                worker.close()
         self._devices = found
         self._by_token = {}
         for t in found:
-            token = _token(t.handle)
+            token = _token(t.handle) if t.open_failure is None else None
             if token is not None and not t.device.is_mig:
                 self._by_token[token] = t
         self._known_count = count
@@ -168,6 +219,46 @@ class Sampler:
             sum(1 for t in found if t.device.is_mig),
             self._driver_version or "unknown",
         )
+
+    def _unopenable(
+        self, index: int, why: str, old: _Tracked | None, count: int, problems: list[str]
+    ) -> list[_Tracked]:
+        """A GPU NVML counts but cannot open: kept, and reported failed, never dropped.
+
+        It keeps the identity it had (UUID, bus id, MIG instances) when it was
+        seen before; a GPU lost since start gets its index and, where sysfs
+        tells, its PCI bus id. Only its handle is asked for again each sample.
+        """
+        problems.append(f"GPU {index} could not be opened: {why}")
+        self._limited.log(("discover", index), logging.WARNING,
+                          "GPU %d could not be opened (%s); reported as failed and retried "
+                          "every sample", index, why)
+        self._unopened.add(index)
+        if old is not None:
+            old.open_failure = f"could not be opened: {why}"
+            return [old, *(t for t in self._devices if t.parent is old)]
+        device = Device(
+            uuid=unknown_uuid(index), index=index, name="NVIDIA GPU", model="NVIDIA GPU",
+            pci_bus_id=self._sysfs_bus_id(index, count) or "",
+        )
+        return [_Tracked(device, None, open_failure=f"could not be opened: {why}")]
+
+    def _sysfs_bus_id(self, index: int, count: int) -> str | None:
+        """NVML numbers GPUs in PCI bus order: the index-th NVIDIA display device in sysfs."""
+        if self._sysfs_root is None:
+            return None
+        driver = self._sysfs_root / "sys" / "bus" / "pci" / "drivers" / "nvidia"
+        try:
+            gpus = sorted(
+                entry.name for entry in driver.iterdir()
+                if ":" in entry.name and _read_small(entry / "class").startswith("0x03")
+            )
+        except OSError:
+            return None
+        if len(gpus) != count or index >= len(gpus):
+            return None  # some GPUs are hidden from this container: the order would lie
+        domain, bus, devfn = gpus[index].split(":")
+        return f"{int(domain, 16):08X}:{bus.upper()}:{devfn.upper()}"
 
     def _describe_gpu(self, index: int, handle: Any, uuid: str) -> _Tracked:
         m = self._m
@@ -229,14 +320,17 @@ class Sampler:
                 return
             self._event_set = res.value
         for t in self._devices:
-            if t.device.is_mig or "xid" in t.unsupported or t.events_registered:
+            if (t.device.is_mig or "xid" in t.unsupported or t.events_registered
+                    or t.open_failure is not None):
                 continue
             res = self._nvml.call(
                 m.nvmlDeviceRegisterEvents, t.handle, m.nvmlEventTypeXidCriticalError,
                 self._event_set,
             )
             t.events_registered = res.ok
-            if not res.ok:
+            if res.ok:  # every common XID has a series from now on, at 0 until it happens
+                t.xid.update(dict.fromkeys(COMMON_XIDS, 0))
+            else:
                 t.unsupported.add("xid")
                 self._limited.once((t.device.uuid, "xid"), logging.INFO,
                            "%s: XID events not available (%s)", t.label(), res.message)
@@ -244,19 +338,22 @@ class Sampler:
     # --- sampling --------------------------------------------------------------
 
     def sample(self) -> Snapshot:
-        """Read everything once. Never raises for a driver error."""
+        """Read everything once. Never raises for a driver error, never waits on a hung GPU."""
         started = self._clock()
         problems: list[str] = []
         count = self._nvml.call(self._m.nvmlDeviceGetCount)
         if count.ok:
-            # Periodic rediscovery catches MIG layouts changed at run time and GPUs
-            # that came back after a reset; the count alone would miss both.
+            # Periodic rediscovery catches GPUs back after a reset and anything the
+            # cheaper triggers miss; a MIG re-layout is caught on its first failing call.
             periodic = self._seq > 0 and self._seq % self._rediscover_every == 0
-            if count.value != self._known_count or self._discovery_incomplete or periodic:
+            if (count.value != self._known_count or periodic or self._topology_changed
+                    or self._reopenable()):
                 if self._known_count is not None and count.value != self._known_count:
                     log.warning("NVML now reports %d GPU(s), was %d",
                                 count.value, self._known_count)
                 self._discover(count.value, problems)
+            else:
+                problems.extend(f"GPU {i} could not be opened" for i in sorted(self._unopened))
         else:
             problems.append(f"nvmlDeviceGetCount failed: {count.message}")
             self._limited.log("count", logging.WARNING, "nvmlDeviceGetCount failed: %s",
@@ -264,7 +361,7 @@ class Sampler:
         if count.ok and count.value == 0:
             problems.append("NVML reports no GPU")
         self._drain_events()
-        samples = tuple(self._read(t) for t in self._devices)
+        samples = self._read_all(problems)
         self._seq += 1
         finished = self._clock()
         return Snapshot(
@@ -277,6 +374,25 @@ class Sampler:
             nvml_calls=self._nvml.calls,
             errors=tuple(problems),
         )
+
+    def busy(self) -> bool:
+        """Whether an NVML call made for a device is still running (then NVML must stay up)."""
+        return any(w.busy for w in self._workers.values())
+
+    def close(self) -> None:
+        """Lets the reader threads end (a hung one ends when its call returns)."""
+        for worker in self._workers.values():
+            worker.close()
+        self._workers.clear()
+
+    def _reopenable(self) -> bool:
+        """Whether a GPU that could not be opened now can: two calls per such GPU."""
+        m = self._m
+        for index in sorted(self._unopened):
+            res = self._nvml.call(m.nvmlDeviceGetHandleByIndex, index)
+            if res.ok and self._get(m.nvmlDeviceGetUUID, res.value) is not None:
+                return True
+        return False
 
     def _drain_events(self) -> None:
         if self._event_set is None:
@@ -297,13 +413,90 @@ class Sampler:
             tracked.last_xid = code
             log.warning("%s reported XID %d", tracked.label(), code)
 
-    def _read(self, t: _Tracked) -> DeviceSample:
+    # --- reading, one worker thread per GPU -----------------------------------------------
+
+    def _worker(self, gpu: _Tracked) -> DeviceWorker:
+        worker = self._workers.get(gpu.device.uuid)
+        if worker is None:
+            worker = DeviceWorker(f"otel-gpu-read-{gpu.device.index}")
+            self._workers[gpu.device.uuid] = worker
+        return worker
+
+    def _read_all(self, problems: list[str]) -> tuple[DeviceSample, ...]:
+        """Each GPU (with its MIG instances) read on its own thread, all within one deadline."""
+        groups: dict[str, list[_Tracked]] = {}
+        for t in self._devices:
+            head = t.parent or t
+            groups.setdefault(head.device.uuid, []).append(t)
+        now = self._clock()
+        jobs: dict[str, Job] = {}
+        for uuid, group in groups.items():
+            worker = self._worker(group[0])
+            if not worker.busy:
+                jobs[uuid] = worker.submit(
+                    lambda g=group, w=worker: [self._read(t, w) for t in g], now)
+        deadline = now + self._read_timeout
+        for job in jobs.values():
+            job.done.wait(max(0.0, deadline - self._clock()))
+        end = self._clock()
+        out: list[DeviceSample] = []
+        for uuid, group in groups.items():
+            job = jobs.get(uuid)
+            if job is not None and job.done.is_set():
+                if job.error is not None:
+                    raise job.error  # a bug, not the driver: the pipeline logs and backs off
+                self._answered(group[0], end)
+                out.extend(self._sample_of(t, end) for t in job.result)
+            else:
+                out.extend(self._hung(t, self._worker(group[0]), end, problems) for t in group)
+        return tuple(out)
+
+    def _sample_of(self, t: _Tracked, now: float) -> DeviceSample:
+        return DeviceSample(
+            device=t.device,
+            state=t.state,
+            values=t.values if t.failure is None else _NO_VALUES,
+            xid_counts=MappingProxyType(dict(t.xid)),
+            last_xid=t.last_xid,
+            error=t.failure,
+            age=max(0.0, now - t.read_at) if t.read_at is not None else 0.0,
+        )
+
+    def _hung(
+        self, t: _Tracked, worker: DeviceWorker, now: float, problems: list[str]
+    ) -> DeviceSample:
+        since = worker.job.started if worker.job is not None else now
+        what = (f"{t.label()}: reading {worker.current or 'the device'} has not returned "
+                f"after {now - since:.1f} s")
+        if t.parent is None:
+            problems.append(what)
+            if t.hung_since is None:
+                log.error("%s; its values are omitted until it answers, the other GPUs are "
+                          "read as usual", what)
+            t.hung_since = since
+        return DeviceSample(
+            device=t.device,
+            state=t.state,
+            xid_counts=MappingProxyType(dict(t.xid)),
+            last_xid=t.last_xid,
+            error=t.failure,
+            hung=what,
+            age=now - (t.read_at if t.read_at is not None else since),
+        )
+
+    def _answered(self, gpu: _Tracked, now: float) -> None:
+        if gpu.hung_since is not None:
+            log.warning("%s answered again after %.0f s", gpu.label(), now - gpu.hung_since)
+            gpu.hung_since = None
+
+    def _read(self, t: _Tracked, worker: DeviceWorker) -> _Tracked:
+        """One device's reads, on its GPU's worker thread; the outcome is left on ``t``."""
         values: dict[str, float] = {}
         newly_unsupported: list[str] = []
-        failure = t.parent.failure if t.parent is not None else None
+        failure = t.parent.failure if t.parent is not None else t.open_failure
         if failure is None:
-            failure = self._read_fields(t, values, newly_unsupported) or self._read_calls(
-                t, values, newly_unsupported
+            failure = self._read_fields(t, values, newly_unsupported, worker) or self._read_calls(
+                t, values, newly_unsupported, worker
             )
         if newly_unsupported:  # each (device, value) pair is reported once, in one line
             log.info("%s: not available, omitted from now on: %s",
@@ -314,14 +507,11 @@ class Sampler:
         elif failure is None and t.failure is not None:
             log.warning("%s is readable again", t.label())
         t.failure = failure
-        return DeviceSample(
-            device=t.device,
-            state=self._state(failure, values),
-            values=MappingProxyType(values) if failure is None else MappingProxyType({}),
-            xid_counts=MappingProxyType(dict(t.xid)),
-            last_xid=t.last_xid,
-            error=failure,
-        )
+        t.state = self._state(failure, values)
+        t.values = MappingProxyType(values)
+        t.read_at = self._clock()
+        worker.current = ""
+        return t
 
     @staticmethod
     def _state(failure: str | None, values: Mapping[str, float]) -> str:
@@ -337,6 +527,13 @@ class Sampler:
         """Act on a failed read; returns the failure text when the device failed."""
         if res.outcome is Outcome.DEVICE_FAILED:
             return f"{res.message} ({error_name(res.code, self._m)}) in {what}"
+        if t.device.is_mig and res.code in self._gone_codes:
+            # The instance was destroyed (a MIG re-layout): rediscover on the next sample.
+            if not self._topology_changed:
+                log.warning("%s is gone (%s): rediscovering", t.label(),
+                            error_name(res.code, self._m))
+            self._topology_changed = True
+            return None
         if res.outcome is Outcome.UNSUPPORTED:
             t.unsupported.add(what)
             unsupported.append(f"{what} ({error_name(res.code, self._m)})")
@@ -347,12 +544,14 @@ class Sampler:
         return None
 
     def _read_fields(
-        self, t: _Tracked, values: dict[str, float], unsupported: list[str]
+        self, t: _Tracked, values: dict[str, float], unsupported: list[str],
+        worker: DeviceWorker,
     ) -> str | None:
         wanted = [s for s in self._fields if s.key not in t.unsupported]
         if not wanted or "fields" in t.unsupported:
             return None
         m = self._m
+        worker.current = "field values"
         res = self._nvml.call(m.nvmlDeviceGetFieldValues, t.handle, [s.field_id for s in wanted])
         if not res.ok:
             return self._outcome(t, "fields", res, unsupported)
@@ -371,11 +570,13 @@ class Sampler:
         return None
 
     def _read_calls(
-        self, t: _Tracked, values: dict[str, float], unsupported: list[str]
+        self, t: _Tracked, values: dict[str, float], unsupported: list[str],
+        worker: DeviceWorker,
     ) -> str | None:
         for reader in self._readers:
             if reader.name in t.unsupported:
                 continue
+            worker.current = reader.name
             res = self._nvml.call(reader.read, self._m, t.handle)
             if res.ok:
                 values.update(res.value)

@@ -88,7 +88,10 @@ Meaning of each key:
   ``nvmlDeviceGetMaxMigDeviceCount`` answers 7, empty slots ``NOT_FOUND``).
   Instance keys: ``profile`` and ``gpu_instance_id`` (required),
   ``compute_instance_id`` (default 0), ``uuid``, ``memory``, ``processes``,
-  ``unsupported``, ``no_permission``, ``errors``. The instance's name is
+  ``unsupported``, ``no_permission``, ``errors``, and ``from_sample`` /
+  ``until_sample`` (inclusive) for an instance created or destroyed at run
+  time: outside them its slot answers ``NOT_FOUND`` and calls on its handle
+  ``INVALID_ARGUMENT``, as after a MIG re-layout. The instance's name is
   ``"<parent name> MIG <profile>"``. On a MIG handle only name, UUID, PCI info
   (the parent's), memory, processes, GPU/compute instance ids,
   ``nvmlDeviceIsMigDeviceHandle`` and the parent lookup work; the field call
@@ -121,14 +124,17 @@ from types import MappingProxyType
 from typing import Any, NoReturn
 
 import pynvml
-import yaml
 
+from otel_gpu._files import FileError, parse_yaml, read_text
 from otel_gpu.errors import SetupError
 
 Number = int | float
 
 PROFILES_DIR = Path(__file__).with_name("profiles")
 MAX_MIG_DEVICES = 7
+MAX_GPUS = 64
+"""GPUs in one scenario, ``count`` included: more than any real node has."""
+MAX_SLOW_SECONDS = 3600.0
 NOT_AVAILABLE_ID = 0xFFFFFFFF
 """What NVML puts in a GPU/compute instance id that does not apply."""
 
@@ -288,6 +294,13 @@ class MigSpec:
     memory: Memory | None = None
     processes: tuple[Process, ...] = ()
     faults: Faults = Faults()
+    from_sample: int = 0
+    until_sample: int | None = None
+
+    def exists_at(self, sample: int) -> bool:
+        """Whether the instance exists during sample ``sample`` (a re-layout moves it)."""
+        return sample >= self.from_sample and (
+            self.until_sample is None or sample <= self.until_sample)
 
 
 @dataclass(frozen=True)
@@ -354,47 +367,26 @@ def load_scenario(spec: str, *, device_symbols: Collection[str] = DEVICE_SYMBOLS
         path, label = PROFILES_DIR / f"{spec}.yaml", f"{spec}.yaml"
     else:
         path, label = Path(spec), spec
-        if not path.is_file():
+        if not _exists(path):
             raise ScenarioError(
                 f"scenario {spec!r}: no such file or built-in profile "
                 f"(built-in profiles: {', '.join(builtin_profiles())})"
             )
+    # Bounded, regular files only, UTF-8, and YAML without aliases, duplicate keys or
+    # deep nesting: a scenario is outside input like any other file.
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError(f"scenario {label}: cannot read: {exc}") from None
-    try:
-        raw = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader: no arbitrary objects
-    except yaml.MarkedYAMLError as exc:
-        where = ""
-        if exc.problem_mark is not None:
-            where = f" at line {exc.problem_mark.line + 1}, column {exc.problem_mark.column + 1}"
-        raise ScenarioError(f"scenario {label}: invalid YAML{where}: {exc.problem}") from None
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"scenario {label}: invalid YAML: {_one_line(str(exc))}") from None
+        raw = parse_yaml(read_text(str(path), "scenario"), f"scenario {label}: invalid YAML")
+    except FileError as exc:
+        raise ScenarioError(str(exc)) from None
     scenario = _Parser(label, path.stem, frozenset(device_symbols)).scenario(raw)
     return replace(scenario, source=spec)
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys instead of silently keeping the last."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=True)
-            try:
-                duplicate = key in seen
-                seen.add(key)
-            except TypeError:
-                continue
-            if duplicate:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
-                )
-        return super().construct_mapping(node, deep=deep)
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def _at(path: str, key: Any) -> str:
@@ -448,7 +440,7 @@ class _Parser:
             "clock_event_reasons", "fan_speed", "fields", "processes", "unsupported",
             "no_permission", "errors", "lost_after", "slow", "xid", "mig_capable", "mig")
     _MIG = ("profile", "gpu_instance_id", "compute_instance_id", "uuid", "memory", "processes",
-            "unsupported", "no_permission", "errors")
+            "unsupported", "no_permission", "errors", "from_sample", "until_sample")
     _ONLY_SINGLE = ("uuid", "pci_bus_id", "serial", "minor_number")
 
     def __init__(self, label: str, default_name: str,
@@ -490,12 +482,19 @@ class _Parser:
             if maximum is not None:
                 what = f"an integer from {minimum} to {maximum}"
             self.fail(path, f"expected {what}, got {_show(raw)}")
+        if raw > U64_MAX:
+            self.fail(path, f"expected an integer no larger than {U64_MAX}, got {_show(raw)}")
         return raw
 
-    def number(self, path: str, raw: Any, minimum: float | None = 0) -> Number:
+    def number(self, path: str, raw: Any, minimum: float | None = 0,
+               maximum: float = U64_MAX) -> Number:
         if not _is_number(raw) or (minimum is not None and raw < minimum):
             what = "a number" if minimum is None else "a non-negative number"
             self.fail(path, f"expected {what}, got {_show(raw)}")
+        if not -U64_MAX <= raw <= maximum:  # also false for NaN
+            limit = "2^64-1" if maximum == U64_MAX else f"{maximum:g}"
+            self.fail(path, f"expected a finite number no larger than {limit} in size, "
+                            f"got {_show(raw)}")
         return raw
 
     def string(self, path: str, raw: Any, hint: str = "") -> str:
@@ -510,9 +509,7 @@ class _Parser:
 
     def value(self, path: str, raw: Any) -> Value:
         if _is_number(raw):
-            if raw < 0:
-                self.fail(path, f"expected a non-negative number, got {_show(raw)}")
-            return Value(start=raw)
+            return Value(start=self.number(path, raw))
         if isinstance(raw, list):
             if not raw:
                 self.fail(path, "expected a non-empty list of numbers")
@@ -667,6 +664,10 @@ class _Parser:
     def gpu_entry(self, path: str, raw: Any, first_index: int) -> Iterator[tuple[GpuSpec, dict]]:
         self.mapping(path, raw, self._GPU, required=("name",))
         count = self.integer(f"{path}.count", raw.get("count", 1), minimum=1)
+        if first_index + count > MAX_GPUS:
+            self.fail(f"{path}.count" if "count" in raw else path,
+                      f"at most {MAX_GPUS} GPUs in a scenario ({first_index} before this entry, "
+                      f"{count} in it)")
         if count > 1:
             for key in self._ONLY_SINGLE:
                 if key in raw:
@@ -738,7 +739,8 @@ class _Parser:
             function = item["function"]
             if function not in self.device_symbols:
                 self.fail(f"{p}.function", f"unknown NVML device function {_show(function)}")
-            out.append(Slow(function, float(self.number(f"{p}.seconds", item["seconds"])),
+            seconds = self.number(f"{p}.seconds", item["seconds"], maximum=MAX_SLOW_SECONDS)
+            out.append(Slow(function, float(seconds),
                             self.integer(f"{p}.after", item.get("after", 0))))
         return tuple(out)
 
@@ -816,6 +818,9 @@ class _Parser:
             processes=tuple(p for p, _ in self.processes(f"{path}.processes",
                                                           raw.get("processes", []), 0)),
             faults=self.faults(path, raw, MIG_SYMBOLS, allow_fields=False),
+            from_sample=self.integer(f"{path}.from_sample", raw.get("from_sample", 0)),
+            until_sample=(self.integer(f"{path}.until_sample", raw["until_sample"])
+                          if "until_sample" in raw else None),
         )
 
 

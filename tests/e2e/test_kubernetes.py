@@ -195,3 +195,83 @@ def test_bad_boolean_is_one_line(bad):
         f"otel-gpu: error: pod_attribution (from flag --pod-attribution): "
         f"expected true or false, got {bad!r}"
     ]
+
+
+def test_thousands_of_time_sliced_pods_each_keep_their_allocation_series(collector, kubelet):
+    """More holders than the SDK's default cardinality limit (2,000 per metric): every pod
+    still has its own series, none folded into an ``otel_metric_overflow`` series.
+    """
+    names = [f"slice-{i}" for i in range(2500)]
+    kubelet.set_pods([
+        pod(name, container("srv", devices("nvidia.com/gpu", f"{H100[i % 8]}::{i // 8}")),
+            namespace="ml")
+        for i, name in enumerate(names)
+    ])
+    proc = _start(collector, kubelet.socket_path, "--kubelet-interval", "1h")
+
+    def every_pod():
+        text = proc.metrics()
+        return text if len(series(text, "nvidia_gpu_k8s_allocation")) >= len(names) else None
+
+    text = wait_until(every_pod, 60, "2,500 allocation series")
+    rows = series(text, "nvidia_gpu_k8s_allocation")
+    assert sorted(lab["k8s_pod_name"] for lab, _ in rows) == sorted(names)
+    assert series(text, "otel_gpu_kubelet_pods") == [({}, 2500.0)]
+    assert "otel_metric_overflow" not in text
+    seq = series(text, "otel_gpu_samples_total")[0][1]
+    later = proc.wait_sample(seq + 3, timeout=60)
+    assert len(series(later, "nvidia_gpu_k8s_allocation")) == len(names)
+    assert "otel_metric_overflow" not in later
+
+
+def test_pods_growing_past_the_limit_keep_their_series(collector, kubelet):
+    """Pods arriving after start: the collector grows its limit instead of dropping them."""
+    kubelet.set_pods(_four_pods())
+    proc = _start(collector, kubelet.socket_path)
+    _wait_owners(proc, {H100[0]: ("train-0", "ml", "main")})
+    names = [f"slice-{i}" for i in range(2500)]
+    kubelet.set_pods([
+        pod(name, container("srv", devices("nvidia.com/gpu", f"{H100[i % 8]}::{i // 8}")))
+        for i, name in enumerate(names)
+    ])
+
+    def every_pod():
+        text = proc.metrics()
+        rows = series(text, "nvidia_gpu_k8s_allocation")
+        return text if sorted(lab["k8s_pod_name"] for lab, _ in rows) == sorted(names) else None
+
+    text = wait_until(every_pod, 60, "the 2,500 new pods' allocation series, and only theirs")
+    assert "otel_metric_overflow" not in text
+    grown = [ln for ln in proc.lines if "outgrew" in ln or "cardinality limit" in ln]
+    assert len(grown) == 2, proc.log  # said, and rebuilt once with room for them all
+    assert "room for" in grown[1] and int(grown[1].split("room for ")[1].split()[0]) >= 5000
+
+
+def test_unmatched_device_ids_are_summarised_not_logged_one_by_one(collector, kubelet):
+    """5,000 pods x 4 ids that match no GPU: one summary line and a count, not 20,000 lines."""
+    def unknown_pods(tag: str) -> list:
+        return [
+            pod(f"p{i}", container("main", devices(
+                "nvidia.com/gpu", *(f"GPU-{tag}-{i:05d}-{k}" for k in range(4)))))
+            for i in range(5000)
+        ]
+
+    kubelet.set_pods(unknown_pods("a"))
+    proc = _start(collector, kubelet.socket_path, "--kubelet-interval", "0.5")
+
+    def unresolved(count: float):
+        def check():
+            text = proc.metrics()
+            return text if series(text, "otel_gpu_kubelet_unresolved_ids") == [({}, count)] \
+                else None
+        return check
+
+    text = wait_until(unresolved(20000.0), 60, "20,000 unresolved ids counted")
+    assert series(text, "otel_gpu_kubelet_pods") == [({}, 0.0)]
+    kubelet.set_pods(unknown_pods("b")[:3000])  # a new set, inside the minute
+    text = wait_until(unresolved(12000.0), 60, "12,000 unresolved ids counted")
+    proc.wait_sample(series(text, "otel_gpu_samples_total")[0][1] + 3, timeout=60)
+    about_ids = [ln for ln in proc.lines if "GPU-a-" in ln or "GPU-b-" in ln]
+    assert len(about_ids) == 1, about_ids[:5]
+    assert "20000 allocated device id(s)" in about_ids[0]
+    assert "GPU-a-00000-0" in about_ids[0]

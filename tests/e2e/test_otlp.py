@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
@@ -255,4 +256,16 @@ def test_backend_down_for_many_exports(collector, receiver):
     receiver.clear()
     receiver.start()
     req = receiver.wait_for(timeout=30)[0]
+    assert "hw.power" in req.metric_names()
+
+
+def test_sighup_stops_gracefully_with_a_final_export(collector, receiver):
+    env = {**receiver.env("http/protobuf"), "OTEL_METRIC_EXPORT_INTERVAL": "3600000"}
+    proc = collector("--simulate", "t4", env=env)
+    proc.wait_sample(1)
+    assert receiver.requests == []  # nothing due before an hour
+    code, elapsed = proc.stop(signal.SIGHUP)
+    assert code == 0 and elapsed < 5.0, proc.log
+    assert "received SIGHUP, stopping" in proc.log
+    (req,) = receiver.wait_for(timeout=1)
     assert "hw.power" in req.metric_names()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -23,7 +24,9 @@ from otel_gpu.exporters.otlp import (
     build_exporter,
     read_headers_file,
     resolve_protocol,
+    validate,
 )
+from tests.support.certs import make_certs
 
 NODE = Resource({"service.name": "otel-gpu", "k8s.node.name": "node-1"})
 POD = {"k8s.pod.name": "train-0", "k8s.namespace.name": "ml", "k8s.container.name": "main"}
@@ -143,3 +146,134 @@ def test_settings_are_the_otlp_rows_and_come_from_a_config():
     )
     with pytest.raises(dataclasses.FrozenInstanceError):
         OtlpSettings().endpoint = "x"  # type: ignore[misc]
+
+
+# --- start-up checks: headers, endpoints, TLS files ---------------------------------------------
+
+SECRET = "s3cr3t-t0ken"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (f"x-a=1\nauthorization=%20Bearer%20{SECRET}\n",
+     "line 2: header 'authorization': the value has leading or trailing spaces"),
+    (f"authorization=Bearer {SECRET}%20\n", "the value has leading or trailing spaces"),
+    (f"authorization=Bearer%0D%0A{SECRET}\n", "line 1: header 'authorization': the value "
+                                              "contains a control character"),
+    (f"authorization=Bearer%09{SECRET}\n", "the value contains a control character"),
+    (f"authorization=Bearer%C3%A9{SECRET}\n", "the value is not ASCII"),
+    (f"authorization: Bearer {SECRET}=1\n", "line 1: the header name is not an HTTP token"),
+    (f"=Bearer {SECRET}\n", "line 1: expected key=value"),
+    (f"x-a=1, Bearer {SECRET}\n", "line 1: expected key=value"),
+])
+def test_a_bad_header_is_named_by_line_and_key_never_by_value(tmp_path, text, message):
+    path = tmp_path / "headers"
+    path.write_text(text)
+    with pytest.raises(OtlpSetupError) as info:
+        read_headers_file(str(path))
+    assert str(info.value).startswith(f"OTLP headers file {path}: ")
+    assert message in str(info.value)
+    assert SECRET not in str(info.value) and "Bearer" not in str(info.value)
+
+
+def test_headers_file_is_bounded_regular_utf8(tmp_path):
+    path = tmp_path / "headers"
+    path.write_bytes(b"authorization=\xff\n")
+    with pytest.raises(OtlpSetupError, match=r"headers .*: not UTF-8 text"):
+        read_headers_file(str(path))
+    with pytest.raises(OtlpSetupError, match=r"/dev/zero: not a regular file"):
+        read_headers_file("/dev/zero")
+
+
+def test_header_variables_are_checked_as_the_sdk_reads_them():
+    settings = OtlpSettings(endpoint="http://c:4318")
+    validate(settings, {"OTEL_EXPORTER_OTLP_HEADERS": "a=1,b=%20two%20"})  # the SDK strips
+    for raw, message in ((f"a=1,authorization=Bearer;{SECRET}", "header 2: expected key=value"),
+                         (f"authorization=Bearer%0A{SECRET}",
+                          "header 1 ('authorization'): the value contains a control character"),
+                         (f"a%0Ab=x,{SECRET}", "header 1: the header name is not an HTTP token")):
+        for name in ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_METRICS_HEADERS"):
+            with pytest.raises(OtlpSetupError) as info:
+                validate(settings, {name: raw})
+            assert str(info.value).startswith(f"{name}: ") and message in str(info.value)
+            assert SECRET not in str(info.value)
+
+
+@pytest.mark.parametrize(("protocol", "env", "message"), [
+    ("http/protobuf", {}, "otlp_endpoint: http/protobuf needs a URL such as http://"),
+    (None, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://[::1"},
+     "OTEL_EXPORTER_OTLP_ENDPOINT: not a valid URL"),
+    (None, {"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "ftp://c"},
+     "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT: expected an http:// or https:// URL"),
+])
+def test_endpoints_are_checked_at_start_up(protocol, env, message):
+    endpoint = "collector:4318" if not env else None
+    settings = OtlpSettings(endpoint=endpoint, protocol=protocol)
+    for check in (validate, build_exporter):
+        with pytest.raises(OtlpSetupError, match=re.escape(message)):
+            check(settings, env)
+
+
+def test_grpc_takes_host_and_port():
+    validate(OtlpSettings(endpoint="collector:4317", protocol="grpc"), {})
+
+
+@pytest.fixture
+def pki(tmp_path):
+    return make_certs(tmp_path)
+
+
+def test_good_tls_files_pass(pki):
+    settings = OtlpSettings(endpoint="https://localhost:4317", certificate=str(pki.ca_cert),
+                            client_certificate=str(pki.client_cert),
+                            client_key=str(pki.client_key))
+    for protocol in ("grpc", "http/protobuf"):
+        exporter = build_exporter(dataclasses.replace(settings, protocol=protocol), {})
+        exporter.shutdown()
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_a_garbage_ca_is_refused_at_start_up(tmp_path, protocol):
+    ca = tmp_path / "ca.pem"
+    for content in (b"garbage\n", b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+                    b"\x30\x82\x01\x0a"):
+        ca.write_bytes(content)
+        settings = OtlpSettings(endpoint="https://c:4317", protocol=protocol,
+                                certificate=str(ca))
+        with pytest.raises(OtlpSetupError, match=rf"^otlp_certificate {ca}: not a PEM CA "):
+            build_exporter(settings, {})
+
+
+def test_client_certificate_and_key_must_belong_together(pki):
+    mismatched = OtlpSettings(endpoint="https://c:4318", client_certificate=str(pki.client_cert),
+                              client_key=str(pki.server_key))
+    with pytest.raises(OtlpSetupError, match=r"^otlp_client_certificate .* with otlp_client_key "
+                                             r".*: not a usable PEM certificate"):
+        validate(mismatched, {})
+    alone = OtlpSettings(endpoint="https://c:4318", client_key=str(pki.client_key))
+    with pytest.raises(OtlpSetupError, match=r"a client key needs a client certificate"):
+        validate(alone, {})
+
+
+def test_tls_files_from_the_variables_are_checked_like_the_settings(tmp_path, pki):
+    missing = str(tmp_path / "absent.pem")
+    for name in ("OTEL_EXPORTER_OTLP_CERTIFICATE", "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE",
+                 "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", "OTEL_EXPORTER_OTLP_CLIENT_KEY"):
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "https://c:4317", name: missing}
+        with pytest.raises(OtlpSetupError, match=rf"^{name} {missing}: cannot read it"):
+            validate(OtlpSettings(protocol="grpc"), env)
+    # the setting beats the variables, as in the SDK
+    env = {"OTEL_EXPORTER_OTLP_CERTIFICATE": missing}
+    validate(OtlpSettings(certificate=str(pki.ca_cert)), env)
+
+
+def test_an_sdk_refusal_is_a_setup_error(monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "brotli")
+    with pytest.raises(OtlpSetupError, match=r"^OTLP exporter: .*brotli"):
+        build_exporter(OtlpSettings(endpoint="http://c:4317", protocol="grpc"), {})
+
+
+def test_grpc_needs_the_client_key_in_its_own_file(pki):
+    settings = OtlpSettings(endpoint="https://c:4317", protocol="grpc",
+                            client_certificate=str(pki.client_cert))
+    with pytest.raises(OtlpSetupError, match=r"gRPC needs the client key in a file of its own"):
+        validate(settings, {})

@@ -18,9 +18,11 @@ from otel_gpu.naming.dcgm import (
     select_fields,
 )
 from otel_gpu.naming.exposition import Family, format_value, render
+from otel_gpu.naming.health import HealthProfile
 from otel_gpu.nvml.library import Nvml
 from otel_gpu.nvml.sampler import Sampler
 from otel_gpu.snapshot import Pods
+from tests.support.exposition import series
 from tests.support.nvml import profile_uuids
 
 HERE = Path(__file__).parent
@@ -161,12 +163,28 @@ def _a100_mig():
 @pytest.mark.parametrize("scenario", ["h100x8", "a100-mig"])
 def test_golden_exposition(profile, scenario):
     snap = _h100x8() if scenario == "h100x8" else _a100_mig()
-    views = build_profiles([profile], hostname="gpu-node-1")
+    # the collector's health families are checked on their own below
+    views = [p for p in build_profiles([profile], hostname="gpu-node-1")
+             if not isinstance(p, HealthProfile)]
     text = render_profiles(views, snap).decode()
     path = GOLDEN / f"{profile}-{scenario}.prom"
     if os.environ.get("UPDATE_GOLDEN"):
         path.write_text(text)
     assert text == path.read_text(), f"{path.name} differs; UPDATE_GOLDEN=1 rewrites it"
+
+
+def test_the_collectors_health_is_there_whatever_the_naming():
+    snap = _a100_mig()
+    for names in (["dcgm"], ["kubelet"], ["dcgm", "kubelet"]):
+        text = render_profiles(build_profiles(names, hostname="h"), snap).decode()
+        assert text.count("# TYPE otel_gpu_sample_age_seconds gauge") == 1, names
+        failed = [v for lab, v in series(text, "otel_gpu_devices", hw_state="failed")]
+        assert failed == [0.0], names
+        assert series(text, "otel_gpu_devices", hw_state="ok")[0][1] == len(snap.devices)
+        assert series(text, "otel_gpu_samples_total")[0][1] == snap.seq
+    # with the OpenTelemetry names they come from the SDK, not twice
+    text = render_profiles(build_profiles(["otel", "dcgm"], hostname="h"), snap).decode()
+    assert "otel_gpu_sample_age_seconds" not in text
 
 
 def test_shared_gpu_copies_are_off_by_default():

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
+import threading
 
 import pytest
 
 from otel_gpu import sim as fake
 from otel_gpu.nvml.library import Nvml
-from otel_gpu.nvml.sampler import Sampler, mig_profile
+from otel_gpu.nvml.sampler import COMMON_XIDS, Sampler, mig_profile, unknown_uuid
 from otel_gpu.snapshot import FAILED, OK, PREDICTED_FAILURE
+from tests.support.process import wait_until
 
 
 @pytest.fixture
@@ -161,10 +163,12 @@ def test_xid_events_are_counted_per_code(driver):
             memory: {total: 1000, used: 10}
             xid: [{sample: 2, code: 79}, {sample: 3, code: 79}, {sample: 3, code: 48}]
     """)
-    assert dict(sampler.sample().devices[0].xid_counts) == {}
+    first = dict(sampler.sample().devices[0].xid_counts)
+    assert first == dict.fromkeys(COMMON_XIDS, 0)  # there at 0 before the first event
     sampler.sample()
     snap = sampler.sample()
-    assert dict(snap.devices[0].xid_counts) == {79: 2, 48: 1}
+    assert {k: v for k, v in snap.devices[0].xid_counts.items() if v} == {79: 2, 48: 1}
+    assert set(snap.devices[0].xid_counts) == set(COMMON_XIDS)
     assert snap.devices[0].last_xid == 48 and snap.devices[1].last_xid == 48
 
 
@@ -234,4 +238,143 @@ def test_periodic_rediscovery_keeps_devices_and_counts(driver):
     assert lib.calls["nvmlDeviceGetHandleByIndex_v2"] == 3  # samples 1, 3 and 5
     assert lib.calls["nvmlDeviceRegisterEvents"] == 1
     assert [s.device.is_mig for s in snap.devices] == [False, True]
-    assert dict(snap.devices[0].xid_counts) == {31: 1}
+    assert {k: v for k, v in snap.devices[0].xid_counts.items() if v} == {31: 1}
+
+
+# --- failures an operator alerts on ------------------------------------------------------
+
+LOST_SECOND = """
+    devices:
+      - name: NVIDIA H100 80GB HBM3
+        memory: {total: 1000, used: 10}
+        power: 100000
+      - name: NVIDIA H100 80GB HBM3
+        uuid: GPU-11111111-2222-3333-4444-555555555555
+        memory: {total: 1000, used: 10}
+        power: 100000
+        lost_after: %d
+"""
+
+
+def test_a_lost_gpu_stays_failed_through_rediscovery(driver):
+    lib, sampler = driver(LOST_SECOND % 1, rediscover_every=3)
+    sampler.sample()
+    calls = []
+    for _ in range(8):  # rediscovery at samples 3 and 6 cannot open the lost GPU
+        before = lib.total_calls
+        snap = sampler.sample()
+        calls.append(lib.total_calls - before)
+        lost = snap.devices[1]
+        assert lost.device.uuid == "GPU-11111111-2222-3333-4444-555555555555"
+        assert lost.state == FAILED and lost.values == {}
+        assert snap.healthy_devices() == 1 and len(snap.devices) == 2
+    assert "GPU 1 could not be opened" in " ".join(snap.errors)
+    assert lost.device.pci_bus_id  # the identity seen before it was lost is kept
+    steady = sorted(calls)[len(calls) // 2]
+    assert max(calls) < 3 * steady, f"discovery must not rerun every sample: {calls}"
+
+
+def test_a_gpu_lost_before_start_is_reported_failed_by_index(driver):
+    lib, sampler = driver(LOST_SECOND % 0)
+    snap = sampler.sample()
+    assert [d.device.uuid for d in snap.devices][1] == unknown_uuid(1)
+    assert snap.devices[1].state == FAILED
+    assert "could not be opened" in snap.devices[1].error
+    assert snap.healthy_devices() == 1
+
+
+def test_a_lost_gpu_gets_its_bus_id_from_sysfs(fake_nvml, tmp_path):
+    fake_nvml(LOST_SECOND % 0)
+    driver_dir = tmp_path / "sys" / "bus" / "pci" / "drivers" / "nvidia"
+    for bdf, cls in (("0000:18:00.0", "0x030200"), ("0000:2a:00.0", "0x030200"),
+                     ("0000:c1:00.0", "0x068000")):  # the last one is an NVSwitch
+        (driver_dir / bdf).mkdir(parents=True)
+        (driver_dir / bdf / "class").write_text(cls + "\n")
+    nvml = Nvml()
+    nvml.init()
+    snap = Sampler(nvml, sysfs_root=tmp_path).sample()
+    assert snap.devices[1].device.pci_bus_id == "00000000:2A:00.0"
+
+
+def test_mig_relayout_is_noticed_on_the_first_failing_call(driver):
+    lib, sampler = driver("""
+        devices:
+          - name: NVIDIA A100-SXM4-40GB
+            memory: {total: 1000, used: 10}
+            mig_capable: true
+            mig:
+              - {profile: 3g.20gb, gpu_instance_id: 1, memory: {total: 100, used: 1},
+                 until_sample: 2}
+              - {profile: 1g.5gb, gpu_instance_id: 9, memory: {total: 50, used: 1},
+                 from_sample: 3}
+    """)
+    profiles = [[d.device.mig_profile for d in sampler.sample().devices if d.device.is_mig]]
+    for _ in range(3):
+        snap = sampler.sample()
+        profiles.append([d.device.mig_profile for d in snap.devices if d.device.is_mig])
+    assert profiles[0] == ["3g.20gb"] and profiles[-1] == ["1g.5gb"]
+    assert profiles[1] == ["3g.20gb"] or profiles[1] == []
+    # values of the new instance are read, the old one never reported with stale ones
+    assert snap.devices[-1].values["memory.total"] == 50
+
+
+def test_one_hung_gpu_stalls_only_itself(fake_nvml, caplog):
+    release = threading.Event()
+    lib = fake_nvml("""
+        devices:
+          - name: NVIDIA H100 80GB HBM3
+            count: 3
+            memory: {total: 1000, used: 10}
+            power: 100000
+            slow: [{function: nvmlDeviceGetPowerUsage, seconds: 1, after: 1}]
+    """, sleep=lambda _s: release.wait(30))
+    del lib
+    nvml = Nvml()
+    nvml.init()
+    sampler = Sampler(nvml, read_timeout=0.2)
+    sampler.sample()
+    try:
+        for _ in range(2):
+            snap = sampler.sample()  # every GPU hangs in its power read: each alone
+            assert [d.hung is not None for d in snap.devices] == [True, True, True]
+        assert "reading power has not returned" in snap.devices[0].hung
+        assert snap.healthy_devices() == 0 and all(d.values == {} for d in snap.devices)
+        assert snap.devices[0].state == OK  # last known state, not made up
+        assert sampler.busy()
+        assert sum("has not returned" in r.message for r in caplog.records) == 3  # once each
+    finally:
+        release.set()
+    wait_until(lambda: not sampler.busy(), 10, "the hung calls to return")
+    snap = sampler.sample()
+    assert all(d.hung is None for d in snap.devices)
+
+
+def test_the_other_gpus_stay_fresh_while_one_hangs(fake_nvml):
+    release = threading.Event()
+    fake_nvml("""
+        devices:
+          - name: NVIDIA H100 80GB HBM3
+            memory: {total: 1000, used: 10}
+            power: {start: 100000, step: 1000}
+          - name: NVIDIA H100 80GB HBM3
+            memory: {total: 1000, used: 10}
+            power: {start: 100000, step: 1000}
+            slow: [{function: nvmlDeviceGetPowerUsage, seconds: 1, after: 1}]
+    """, sleep=lambda _s: release.wait(30))
+    nvml = Nvml()
+    nvml.init()
+    sampler = Sampler(nvml, read_timeout=0.2)
+    try:
+        powers, ages = [], []
+        for _ in range(4):
+            snap = sampler.sample()
+            powers.append(snap.devices[0].values["power"])
+            ages.append(snap.devices[1].age)
+            assert snap.devices[0].hung is None and snap.devices[0].age < 1.0
+        assert powers == sorted(set(powers))  # fresh every sample
+        assert snap.devices[1].hung is not None and ages[-1] >= 0.2
+        assert ages == sorted(ages) and ages[-1] > ages[1]  # its age keeps growing
+        assert snap.devices[1].age > snap.devices[0].age
+        assert snap.healthy_devices() == 1
+    finally:
+        release.set()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pynvml
 import pytest
 
@@ -62,9 +64,10 @@ GPU = "devices:\n  - name: NVIDIA L4\n"
      "devices[0].processes[0].pid: expected an integer from 1"),
     (GPU + "    processes: [{pid: 5, positions: [1]}]\n",
      "devices[0].processes[0].positions[0]: expected an integer from 0 to 0, got 1"),
-    (GPU + "    temperature: 1\n    temperature: 2\n", "invalid YAML at line 4, column 5: "
-                                                       "duplicate key 'temperature'"),
-    ("devices: [\n", "invalid YAML at line 2, column 1"),
+    (GPU + "    temperature: 1\n    temperature: 2\n",
+     "invalid YAML: duplicate key 'temperature' at line 4, column 5"),
+    ("devices: [\n", "invalid YAML: expected the node content, but found '<stream end>' at "
+                     "line 2, column 1"),
     ("- 1\n", "top level: expected a mapping, got [1]"),
     ("name: x\n", "top level: missing required key 'devices'"),
     ("errors: {nvmlDeviceGetPowerUsage: UNKNOWN}\ndevices: []\n",
@@ -131,3 +134,59 @@ devices:
         temps.append([pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
                       for h in handles()])
     assert temps == [[40, 41, 42, 70], [42, 43, 44, 70]]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (GPU + "    count: 100000000\n",
+     "devices[0].count: at most 64 GPUs in a scenario (0 before this entry, 100000000 in it)"),
+    (GPU + "    count: 60\n  - name: NVIDIA L4\n    count: 5\n",
+     "devices[1].count: at most 64 GPUs in a scenario (60 before this entry, 5 in it)"),
+    (GPU + "    count: 64\n  - name: NVIDIA L4\n", "devices[1]: at most 64 GPUs in a scenario"),
+    (GPU + "    power: .inf\n", "devices[0].power: expected a finite number no larger than "
+                                "2^64-1 in size, got inf"),
+    (GPU + "    power: .nan\n", "devices[0].power: expected a finite number"),
+    (GPU + "    temperature: {start: 1, step: -.inf}\n",
+     "devices[0].temperature.step: expected a finite number"),
+    (GPU + "    utilization: {gpu: [1, .nan]}\n", "devices[0].utilization.gpu[1]: expected a "
+                                                  "finite number"),
+    (GPU + "    fields: {TOTAL_ENERGY_CONSUMPTION: {start: 1.0e+30}}\n",
+     "TOTAL_ENERGY_CONSUMPTION.start: expected a finite number no larger than 2^64-1"),
+    (GPU + "    memory: {total: 100000000000000000000000}\n",
+     "devices[0].memory.total: expected an integer no larger than 18446744073709551615"),
+    (GPU + "    slow: [{function: nvmlDeviceGetPowerUsage, seconds: .inf}]\n",
+     "devices[0].slow[0].seconds: expected a finite number no larger than 3600 in size"),
+    (GPU + "    slow: [{function: nvmlDeviceGetPowerUsage, seconds: 4000}]\n",
+     "devices[0].slow[0].seconds: expected a finite number no larger than 3600"),
+    ("devices:\n  - &g {name: NVIDIA L4}\n  - *g\n",
+     "invalid YAML: YAML aliases (*g) are not allowed at line 3"),
+    ("devices:\n  - name: !!int x\n", "invalid value (invalid literal for int()"),
+    ("devices: " + "[" * 100 + "]" * 100 + "\n", "invalid YAML: nested deeper than 32 levels"),
+])
+def test_counts_are_capped_and_numbers_finite(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    assert str(info.value).startswith(f"scenario {path}: ")
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_sixty_four_gpus_load(tmp_path):
+    scenario = load_scenario(write(tmp_path, GPU + "    count: 63\n  - name: NVIDIA L4\n"))
+    assert len(scenario.devices) == 64
+
+
+def test_scenario_files_are_read_safely(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_bytes(GPU.encode() + b"    serial: caf\xe9\n")
+    with pytest.raises(ScenarioError, match=r"^scenario .*s\.yaml: not UTF-8 text"):
+        load_scenario(str(path))
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(ScenarioError, match=r"^scenario .*fifo\.yaml: not a regular file \(a "
+                                            r"FIFO\)"):
+        load_scenario(str(fifo))
+    with pytest.raises(ScenarioError, match=r"^scenario /dev/zero: not a regular file"):
+        load_scenario("/dev/zero")
+    with pytest.raises(ScenarioError, match=r"no such file or built-in profile"):
+        load_scenario("a\x00b")

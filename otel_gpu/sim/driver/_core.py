@@ -231,6 +231,8 @@ class DriverCore:
         gpu = target.gpu
         if gpu.lost_at(sample):
             raise Fail(pynvml.NVML_ERROR_GPU_IS_LOST)
+        if target.mig is not None and not target.mig.exists_at(sample):
+            raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)  # a handle from before a re-layout
         delay = sum(s.seconds for s in gpu.slow if s.function == symbol and sample > s.after)
         if delay > 0:
             self._sleep(delay)

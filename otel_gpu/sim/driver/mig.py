@@ -44,14 +44,14 @@ class MigSymbols(DriverCore):
 
     @c_symbol
     def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: Any, out: Any) -> None:
-        target, _ = self.check_device("nvmlDeviceGetMigDeviceHandleByIndex", handle)
+        target, sample = self.check_device("nvmlDeviceGetMigDeviceHandleByIndex", handle)
         gpu = target.gpu
         if not gpu.mig_capable:
             raise Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
         slot = arg_int(index)
         if not 0 <= slot < MAX_MIG_DEVICES:
             raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        if slot >= len(gpu.mig):
+        if slot >= len(gpu.mig) or not gpu.mig[slot].exists_at(sample):
             raise Fail(pynvml.NVML_ERROR_NOT_FOUND)
         write_handle(out, mig_token(gpu.index, slot))
 
