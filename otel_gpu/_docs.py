@@ -9,7 +9,7 @@ from otel_gpu.catalog import CATALOG, DEVICE_ATTRIBUTES, Kind, Metric
 
 # The OpenTelemetry Prometheus exporter's unit suffixes for the units we use.
 _PROM_UNITS = {"By": "bytes", "W": "watts", "J": "joules", "Cel": "celsius", "Hz": "hertz",
-               "s": "seconds", "1": ""}
+               "s": "seconds", "1": "", "By/s": "bytes_per_second"}
 
 
 def prometheus_name(metric: Metric) -> str:
@@ -90,27 +90,69 @@ _DCGM_LABELS = (
     ("pci_bus_id", "nvidia_gpu_pci_bus_id"),
     ("device", "none: `nvidia` + the minor number; `hw_id` identifies the device"),
     ("modelName", "hw_model"),
-    ("Hostname / hostname", "host_name in target_info, or k8s_node_name"),
-    ("DCGM_FI_DRIVER_VERSION", "hw_driver_version"),
-    ("pod, namespace, container", "k8s_pod_name, k8s_namespace_name, k8s_container_name"),
     ("GPU_I_PROFILE", "nvidia_gpu_mig_profile"),
     ("GPU_I_ID", "nvidia_gpu_mig_gpu_instance_id"),
+    ("hostname (Hostname before)", "host_name in target_info, or k8s_node_name"),
+    ("DCGM_FI_DRIVER_VERSION", "hw_driver_version"),
+    ("DCGM_FI_DEV_SERIAL", "hw_serial_number"),
+    ("container, namespace, pod", "k8s_container_name, k8s_namespace_name, k8s_pod_name"),
+    ("err_code, err_msg", "the `xid` code of `nvidia_gpu_xid_errors_total`"),
 )
 
 _KUBELET = (
     ("container_accelerator_duty_cycle", "%", "hw.gpu.utilization (general), `1`",
      '100 * hw_gpu_utilization{hw_gpu_task="general"}'),
-    ("container_accelerator_memory_used_bytes", "bytes", "hw.gpu.memory.usage, `By`",
-     "hw_gpu_memory_usage_bytes"),
-    ("container_accelerator_memory_total_bytes", "bytes",
-     "hw.gpu.memory.usage + nvidia.gpu.memory.free, `By`",
-     "hw_gpu_memory_usage_bytes + nvidia_gpu_memory_free_bytes"),
+    ("container_accelerator_memory_used_bytes", "bytes",
+     "hw.gpu.memory.usage + nvidia.gpu.memory.reserved, `By`",
+     "hw_gpu_memory_usage_bytes + nvidia_gpu_memory_reserved_bytes"),
+    ("container_accelerator_memory_total_bytes", "bytes", "hw.gpu.memory.limit, `By`",
+     "hw_gpu_memory_limit_bytes"),
+)
+
+# dcgm-exporter options and labels otel-gpu has no setting for, and what to do instead.
+_DCGM_OPTIONS = (
+    "- **Device selection (`-d`).** `dcgm_devices: auto` is dcgm-exporter's default (`-d f`):",
+    "  a GPU in MIG mode has series for each of its GPU instances (labels `GPU_I_PROFILE`,",
+    "  `GPU_I_ID`) and none as a whole, so `sum(DCGM_FI_DEV_FB_USED)` counts each byte",
+    "  once. An instance's memory and profiling fields are its own; the fields DCGM reads",
+    "  per GPU (temperature, clocks, power, energy, PCIe, XID, ...) carry its GPU's value",
+    "  on each instance, as dcgm-exporter shows them, and GPU, memory-copy, encoder and",
+    "  decoder utilization, which DCGM does not report per instance, are left out.",
+    "  `gpus` (`-d g`), `instances` (`-d i`) and `both` (`-d g+i`) are its other choices;",
+    "  id lists (`-d g:0,1`) are not supported.",
+    "- **Host label.** dcgm-exporter's newest releases name it `hostname`, the default",
+    "  here; earlier releases wrote `Hostname`: set `dcgm_hostname_label: Hostname` for",
+    "  dashboards built on them.",
+    "- **Old pod label names (`--use-old-namespace`).** `dcgm_pod_label_style: old` writes",
+    "  `pod_name`, `pod_namespace`, `container_name` (and `uuid` for `UUID`).",
+    "- **Pod UID (`uid`).** Not written: the kubelet's Pod Resources API, where otel-gpu",
+    "  learns which pod holds a device, does not give pod UIDs. Join on namespace and pod",
+    "  name (`kube_pod_info` from kube-state-metrics has the `uid`).",
+    "- **Copying pod labels (`--kubernetes-enable-pod-labels`).** Needs the API server, which",
+    "  otel-gpu does not call. Push over OTLP through an OpenTelemetry Collector and let its",
+    "  `k8sattributes` processor add them: each pod's GPU series arrive under a Resource",
+    "  naming the pod (`k8s.pod.name`, `k8s.namespace.name`): associate on those",
+    "  (`pod_association` `from: resource_attribute`) and list the labels under",
+    "  `extract.labels`, as",
+    "  [examples/collector/node-agent.yaml](../examples/collector/node-agent.yaml) does.",
+    "- **XID labels.** `DCGM_FI_DEV_XID_ERRORS` carries `err_code` and `err_msg`, as",
+    "  dcgm-exporter 3.3.5 and later write them. `err_code` is the same; `err_msg` is a",
+    "  short phrase of otel-gpu's own (`otel_gpu/naming/xid.py`), not dcgm-exporter's text,",
+    "  so match on `err_code`.",
 )
 
 
 def migration() -> str:
     """docs/migration.md: from dcgm-exporter's and the kubelet's names to OpenTelemetry's."""
-    from otel_gpu.naming.dcgm import DEFAULT_FIELDS, FIELDS, UNAVAILABLE
+    from otel_gpu.naming.dcgm import (
+        DEFAULT_COUNTERS,
+        DEFAULT_FIELDS,
+        EXPORTER_FIELDS,
+        FIELDS,
+        LABEL_FIELDS,
+        LEGACY_NAMES,
+        UNAVAILABLE,
+    )
 
     out = [
         "# Migrating from dcgm-exporter and from the kubelet's accelerator metrics",
@@ -131,10 +173,18 @@ def migration() -> str:
         "Profiles change the Prometheus endpoint only; OTLP always uses the",
         "OpenTelemetry names.",
         "",
+        "Without `-f` the `dcgm` profile serves the fields of NVIDIA's current default",
+        "counters file (dcgm-exporter's `etc/default-counters.csv`), with its types and",
+        "HELP texts and its `DCGM_FI_DRIVER_VERSION` label. A counters file may also",
+        "list the 1.x-compatibility names, `DCGM_EXP_*` fields and `label` rows (below).",
+        "A field otel-gpu cannot provide is logged once at start-up and skipped; only a",
+        "malformed line stops it.",
+        "",
         "## dcgm-exporter fields",
         "",
         "Each PromQL rewrite gives the dcgm-exporter value, in its unit, from the",
-        "OpenTelemetry series. Default: in dcgm-exporter's default set.",
+        "OpenTelemetry series. Default: in NVIDIA's default counters file (its type there",
+        "is the one shown).",
         "",
         "| dcgm-exporter field | type | unit | default | OpenTelemetry metric | PromQL rewrite |",
         "|---|---|---|---|---|---|",
@@ -151,8 +201,9 @@ def migration() -> str:
         else:
             otel = "`nvidia.gpu.xid.errors` (`{error}`)"
         default = "yes" if name in DEFAULT_FIELDS else ""
+        type_ = next((t for n, t, _ in DEFAULT_COUNTERS if n == name), field.type)
         rewrite = f"`{field.promql}`" if field.promql else field.rewrite_note
-        out.append(f"| `{name}` | {field.type} | {field.unit_note} | {default} | {otel} "
+        out.append(f"| `{name}` | {type_} | {field.unit_note} | {default} | {otel} "
                    f"| {rewrite} |")
     out += [
         "",
@@ -168,6 +219,54 @@ def migration() -> str:
         "  without `_total`): the `dcgm` profile keeps them, since dashboards depend on",
         "  them; the `otel` names pass it.",
         "",
+        "## dcgm-exporter's own fields (`DCGM_EXP_*`)",
+        "",
+        "dcgm-exporter computes these itself; otel-gpu computes them from its samples. The",
+        "`*_COUNT` windows are dcgm-exporter's default 5 minutes, counted over the samples",
+        "the endpoint renders (one per interval while it is scraped at least that often).",
+        "",
+        "| field | type | how otel-gpu computes it |",
+        "|---|---|---|",
+    ]
+    out += [f"| `{f.name}` | {f.type} | {f.note} |" for f in EXPORTER_FIELDS.values()]
+    out += [
+        "",
+        "## Label rows",
+        "",
+        "A `label` row adds a label named after the field, with the GPU's value, to every",
+        "series (a MIG instance's are its GPU's). Those otel-gpu knows:",
+        "",
+        "| field | value |",
+        "|---|---|",
+    ]
+    label_values = {
+        "DCGM_FI_DRIVER_VERSION": "`nvmlSystemGetDriverVersion`",
+        "DCGM_FI_DEV_SERIAL": "`nvmlDeviceGetSerial`",
+        "DCGM_FI_DEV_VBIOS_VERSION": "`nvmlDeviceGetVbiosVersion`",
+        "DCGM_FI_DEV_UUID": "the GPU's UUID",
+        "DCGM_FI_DEV_NAME": "the product name",
+        "DCGM_FI_DEV_PCI_BUSID": "the PCI bus id",
+        "DCGM_FI_DEV_MINOR_NUMBER": "the `/dev/nvidiaN` minor number",
+    }
+    out += [f"| `{name}` | {label_values.get(name, '')} |" for name in LABEL_FIELDS]
+    out += [
+        "",
+        "## dcgm-exporter 1.x names",
+        "",
+        "dcgm-exporter's `1.x-compatibility-metrics.csv` names fields the way dcgm-exporter",
+        "1.x did. Such a file works as it is: each series has the name the file gives and",
+        "the value (and unit) of the DCGM field the name stands for; `dcgm_fi_prof_*` names",
+        "stand for the upper-case `DCGM_FI_PROF_*` field. A name listed twice (that file",
+        "lists the PCIe byte counters twice) is exported once, as its last line says.",
+        "",
+        "| 1.x name | DCGM field | exported |",
+        "|---|---|---|",
+    ]
+    for old, new in LEGACY_NAMES.items():
+        status = "yes" if new in FIELDS else UNAVAILABLE.get(new, "no")
+        out.append(f"| `{old}` | `{new}` | {status} |")
+    out += [
+        "",
         "## Labels",
         "",
         "| dcgm-exporter label | OpenTelemetry attribute (Prometheus label) |",
@@ -176,11 +275,30 @@ def migration() -> str:
     out += [f"| `{old}` | {new} |" for old, new in _DCGM_LABELS]
     out += [
         "",
+        "## dcgm-exporter options",
+        "",
+        *_DCGM_OPTIONS,
+    ]
+    out += [
+        "",
         "## Kubelet accelerator metrics (Kubernetes before 1.20)",
         "",
         "Labels `container`, `namespace`, `pod`, `make` (`nvidia`), `model`, `acc_id` (the",
         "GPU or MIG UUID) become `k8s_container_name`, `k8s_namespace_name`,",
         "`k8s_pod_name`, `hw_vendor`, `hw_model` and `hw_id`.",
+        "",
+        "The values are the kubelet's (cAdvisor's), which read `nvmlDeviceGetMemoryInfo`",
+        "version 1: memory used includes the memory the driver reserves (on an H100,",
+        "541 MiB more than `hw.gpu.memory.usage`), and memory total is the physical total",
+        "(`hw.gpu.memory.limit`), not used + free. cAdvisor's duty cycle was NVML's",
+        "average over its last 10 s; otel-gpu's is `nvmlDeviceGetUtilizationRates`, NVML's",
+        "utilization over the driver's own sample period (1/6 s to 1 s depending on the",
+        "product), read once per interval.",
+        "",
+        "cAdvisor also labelled these series `id` (the container's cgroup path), `image`",
+        "and `name` (the container runtime's name for the container). The Pod Resources",
+        "API tells none of them, and otel-gpu does not ask the container runtime, so they",
+        "are left out rather than made up.",
         "",
         "| kubelet metric | unit | OpenTelemetry metric, unit | PromQL rewrite |",
         "|---|---|---|---|",

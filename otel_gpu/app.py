@@ -58,12 +58,21 @@ def open_nvml(simulate: str | None) -> Nvml:
     return Nvml()
 
 
+def process_usage(config: Config) -> bool:
+    """Whether processes are read and joined to pods: asked for, with pod attribution on."""
+    if config.process_usage and not config.pod_attribution:
+        log.warning("process_usage needs pod_attribution, which is off: per-pod usage is "
+                    "not reported")
+    return config.process_usage and config.pod_attribution
+
+
 def pod_enricher(
     config: Config, on_update: Callable[[object], None] | None = None
 ) -> PodEnricher:
     """The Kubernetes attribution stage for ``config`` (imports gRPC only when used)."""
     from otel_gpu.k8s.enrich import PodEnricher
     from otel_gpu.k8s.podresources import PodResourcesWatcher
+    from otel_gpu.k8s.processes import ProcessMapper
 
     watcher = PodResourcesWatcher(
         config.kubelet_socket,
@@ -73,7 +82,9 @@ def pod_enricher(
         resource_names=config.kubelet_resource_names,
         on_update=on_update,
     )
-    return PodEnricher(watcher, Path(config.sysfs_root))
+    processes = (ProcessMapper(Path(config.proc_root), Path(config.pod_log_root))
+                 if config.process_usage else None)
+    return PodEnricher(watcher, Path(config.sysfs_root), processes=processes)
 
 
 def sample_once(config: Config, nvml: Nvml) -> Snapshot:
@@ -83,15 +94,17 @@ def sample_once(config: Config, nvml: Nvml) -> Snapshot:
     holds the driver open. A GPU whose call hangs is given up on after
     :data:`CHECK_READ_TIMEOUT_S` and shown as hung.
     """
-    sampler = Sampler(nvml, read_timeout=CHECK_READ_TIMEOUT_S, sysfs_root=Path(config.sysfs_root))
+    sampler = Sampler(nvml, read_timeout=CHECK_READ_TIMEOUT_S, sysfs_root=Path(config.sysfs_root),
+                      process_usage=process_usage(config))
     try:
         snapshot = sampler.sample()
     finally:
-        if sampler.busy():  # never pull the library out from under a call still running
+        busy = sampler.busy()
+        sampler.close()
+        if busy:  # never pull the library out from under a call still running
             log.warning("an NVML call is still running; exiting without nvmlShutdown")
         else:
             nvml.shutdown()
-        sampler.close()
     if config.pod_attribution:
         enrich = pod_enricher(config)
         try:
@@ -133,7 +146,8 @@ class Service:
         if config.pod_attribution:  # the kubelet thread re-publishes through the pipeline
             self.enricher = pod_enricher(config, on_update=lambda s: self.pipeline.pods_changed(s))
         self.sampler = Sampler(nvml, clock=clock, read_timeout=read_timeout(config.interval),
-                               sysfs_root=Path(config.sysfs_root))
+                               sysfs_root=Path(config.sysfs_root),
+                               process_usage=process_usage(config))
         self.pipeline = Pipeline(self.sampler.sample, interval=config.interval,
                                  enrich=self.enricher, release=lambda: self.telemetry.rebuild(),
                                  clock=clock)
@@ -162,6 +176,8 @@ class Service:
                 collectors_file=config.collectors,
                 hostname_label=config.dcgm_hostname_label,
                 shared_gpu_copies=config.dcgm_shared_gpu_copies,
+                devices=config.dcgm_devices,
+                pod_label_style=config.dcgm_pod_label_style,
             )
             self.cache = RenderCache(
                 lambda: self.telemetry.render() + naming.render_profiles(profiles, store.latest),
@@ -191,8 +207,8 @@ class Service:
             self.enricher.watcher.stop()
         idle = self.pipeline.stop(timeout=0.5) and not self.sampler.busy()
         self.telemetry.shutdown(final_export_s)
+        self.sampler.close()  # frees what it holds in NVML (GPM buffers) while NVML is up
         if idle:  # never pull the library out from under a call still running
             self.nvml.shutdown()
         else:
             log.warning("an NVML call is still running; exiting without nvmlShutdown")
-        self.sampler.close()

@@ -19,28 +19,73 @@ from dataclasses import dataclass, field
 
 from otel_gpu.nvml.sources import (
     CLOCK_GRAPHICS,
+    CLOCK_MAX_GRAPHICS,
+    CLOCK_MAX_MEM,
+    CLOCK_MAX_SM,
+    CLOCK_MAX_VIDEO,
     CLOCK_MEM,
     CLOCK_REASONS,
     CLOCK_SM,
+    CLOCK_VIDEO,
     ECC_CORRECTED,
+    ECC_CORRECTED_AGGREGATE,
     ECC_UNCORRECTED,
+    ECC_UNCORRECTED_AGGREGATE,
     ENERGY,
     FAN,
+    GPM_DRAM,
+    GPM_FP16,
+    GPM_FP32,
+    GPM_FP64,
+    GPM_GRAPHICS,
+    GPM_INTEGER,
+    GPM_NVDEC,
+    GPM_NVJPG,
+    GPM_NVLINK_RX,
+    GPM_NVLINK_TX,
+    GPM_NVOFA,
+    GPM_PCIE_RX,
+    GPM_PCIE_TX,
+    GPM_SM_ACTIVE,
+    GPM_SM_OCCUPANCY,
+    GPM_TENSOR,
+    GPM_TENSOR_DFMA,
+    GPM_TENSOR_DMMA,
+    GPM_TENSOR_HMMA,
+    GPM_TENSOR_IMMA,
     MEM_FREE,
     MEM_RESERVED,
     MEM_TOTAL,
     MEM_USED,
+    NVLINK_ERRORS,
+    NVLINK_LINKS,
     NVLINK_RX,
     NVLINK_TX,
+    PCIE_GEN,
+    PCIE_GEN_MAX,
     PCIE_REPLAY,
     PCIE_RX,
+    PCIE_THROUGHPUT_RX,
+    PCIE_THROUGHPUT_TX,
     PCIE_TX,
+    PCIE_WIDTH,
+    PCIE_WIDTH_MAX,
     POWER,
+    POWER_LIMIT,
+    POWER_LIMIT_DEFAULT,
+    POWER_LIMIT_ENFORCED,
+    POWER_LIMIT_MAX,
+    POWER_LIMIT_MIN,
     PROCESSES,
+    PSTATE,
     REMAP_COR,
     REMAP_FAILURE,
     REMAP_PENDING,
     REMAP_UNC,
+    RETIRED_DBE,
+    RETIRED_PENDING,
+    RETIRED_SBE,
+    ROW_REMAP_BANKS,
     TEMP_GPU,
     TEMP_MEM,
     THROTTLE_REASONS,
@@ -48,9 +93,10 @@ from otel_gpu.nvml.sources import (
     UTIL_ENC,
     UTIL_GPU,
     UTIL_MEM,
+    VIOLATIONS,
     Source,
 )
-from otel_gpu.snapshot import FAILED, STATES, DeviceSample, PodRef, Snapshot
+from otel_gpu.snapshot import FAILED, STATES, DeviceSample, PodRef, PodUsage, Snapshot
 
 
 class Kind(str, enum.Enum):
@@ -74,6 +120,9 @@ PERCENT = Conversion("percent / 100", 0.01)
 MILLI = Conversion("/ 1000", 0.001)
 MHZ = Conversion("MHz * 10^6", 1e6)
 KIB = Conversion("KiB * 1024", 1024.0)
+KB_PER_S = Conversion("KB/s * 1024", 1024.0)
+NANO = Conversion("ns / 10^9", 1e-9)
+MIB = Conversion("MiB * 2^20", 1048576.0)
 
 
 @dataclass(frozen=True)
@@ -314,6 +363,50 @@ def _unresolved_ids(snapshot: Snapshot, now: float) -> Iterable[Observation]:
         yield float(len(snapshot.pods.attribution.unresolved)), {}
 
 
+# Per-pod usage (process_usage): one series per (device, container), and one per device
+# for the processes of no pod, marked by PROCESS_OWNER instead of pod attributes.
+PROCESS_OWNER = "nvidia.gpu.process.owner"
+UNATTRIBUTED = "unattributed"
+USAGE_ATTRIBUTES = (HW_ID, *POD_ATTRIBUTES, PROCESS_OWNER)
+_TO_CONTAINER = "per container (/proc/PID/cgroup, kubelet /var/log/pods)"
+_SHARE_SOURCE = ("nvmlDeviceGetProcessesUtilizationInfo (else nvmlDeviceGetProcessUtilization) "
+                 ".{field} (percent / 100), averaged per process since the previous sample, "
+                 "summed " + _TO_CONTAINER)
+
+
+def usage_labels(row: PodUsage) -> dict[str, str]:
+    """A usage row's attributes: the device and the container, or the unattributed mark."""
+    if row.pod is None:
+        return {HW_ID: row.uuid, PROCESS_OWNER: UNATTRIBUTED}
+    labels = {HW_ID: row.uuid, **pod_labels(row.pod)}
+    if not row.pod.container:
+        del labels[K8S_CONTAINER]
+    return labels
+
+
+def _usage(field: str) -> Callable[[Snapshot, float], Iterable[Observation]]:
+    def observe(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+        if snapshot.pods is None:
+            return
+        for row in snapshot.pods.usage:
+            value = getattr(row, field)
+            if value is not None:
+                yield float(value), usage_labels(row)
+
+    return observe
+
+
+def _usage_metric(name: str, kind: Kind, unit: str, description: str, field: str,
+                  source: str) -> Metric:
+    return Metric(
+        name, kind, unit, description + " Process usage only; the processes of no pod are "
+        f"summed under {PROCESS_OWNER}={UNATTRIBUTED}.",
+        per_node=_usage(field),
+        attributes=USAGE_ATTRIBUTES,
+        source_doc=source,
+    )
+
+
 CATALOG: tuple[Metric, ...] = (
     # OpenTelemetry hardware semantic conventions
     Metric(
@@ -384,7 +477,7 @@ CATALOG: tuple[Metric, ...] = (
         source_doc=(
             "collector: `failed` when NVML reports the device lost or broken; "
             "`predicted_failure` when a row remapping failed; `degraded` when a row "
-            "remapping is pending; `ok` otherwise"
+            "remapping or a page retirement is pending; `ok` otherwise"
         ),
     ),
     # NVIDIA-specific values with no OpenTelemetry convention
@@ -395,6 +488,36 @@ CATALOG: tuple[Metric, ...] = (
             Point(CLOCK_SM, {"nvidia.gpu.clock.domain": "sm"}, MHZ),
             Point(CLOCK_MEM, {"nvidia.gpu.clock.domain": "memory"}, MHZ),
             Point(CLOCK_GRAPHICS, {"nvidia.gpu.clock.domain": "graphics"}, MHZ),
+            Point(CLOCK_VIDEO, {"nvidia.gpu.clock.domain": "video"}, MHZ),
+        ),
+    ),
+    Metric(
+        "nvidia.gpu.clock.max_frequency", Kind.GAUGE, "Hz",
+        "Highest frequency each clock domain can run at (compare with "
+        "nvidia.gpu.clock.frequency).",
+        points=(
+            Point(CLOCK_MAX_SM, {"nvidia.gpu.clock.domain": "sm"}, MHZ),
+            Point(CLOCK_MAX_MEM, {"nvidia.gpu.clock.domain": "memory"}, MHZ),
+            Point(CLOCK_MAX_GRAPHICS, {"nvidia.gpu.clock.domain": "graphics"}, MHZ),
+            Point(CLOCK_MAX_VIDEO, {"nvidia.gpu.clock.domain": "video"}, MHZ),
+        ),
+    ),
+    Metric(
+        "nvidia.gpu.performance_state", Kind.GAUGE, "1",
+        "Performance state (P-state), 0 (maximum performance) to 15 (minimum); absent while "
+        "NVML reports it unknown.",
+        points=(Point(PSTATE),),
+    ),
+    Metric(
+        "nvidia.gpu.power.limit", Kind.GAUGE, "W",
+        "Board power limits: the limit set (current), the one the driver enforces after "
+        "every limiter (enforced), the default, and the range the limit can be set in "
+        "(min, max).",
+        points=tuple(
+            Point(src, {"nvidia.gpu.power.limit.type": kind}, MILLI)
+            for kind, src in (("current", POWER_LIMIT), ("enforced", POWER_LIMIT_ENFORCED),
+                              ("default", POWER_LIMIT_DEFAULT), ("min", POWER_LIMIT_MIN),
+                              ("max", POWER_LIMIT_MAX))
         ),
     ),
     Metric(
@@ -418,12 +541,55 @@ CATALOG: tuple[Metric, ...] = (
         points=(Point(PCIE_REPLAY),),
     ),
     Metric(
+        "nvidia.gpu.pcie.link.generation", Kind.GAUGE, "1",
+        "PCIe generation the link runs at now (it drops while idle on some GPUs).",
+        points=(Point(PCIE_GEN),),
+    ),
+    Metric(
+        "nvidia.gpu.pcie.link.max_generation", Kind.GAUGE, "1",
+        "Highest PCIe generation the GPU and its slot can run at together.",
+        points=(Point(PCIE_GEN_MAX),),
+    ),
+    Metric(
+        "nvidia.gpu.pcie.link.width", Kind.GAUGE, "{lane}",
+        "PCIe lanes the link runs with now: below nvidia.gpu.pcie.link.max_width under load "
+        "is a degraded link.",
+        points=(Point(PCIE_WIDTH),),
+    ),
+    Metric(
+        "nvidia.gpu.pcie.link.max_width", Kind.GAUGE, "{lane}",
+        "Most PCIe lanes the GPU and its slot can use together.",
+        points=(Point(PCIE_WIDTH_MAX),),
+    ),
+    Metric(
+        "nvidia.gpu.pcie.sampled_throughput", Kind.GAUGE, "By/s",
+        "PCIe traffic over the 20 ms NVML samples at each read, only on GPUs without the "
+        "PCIe byte counters of hw.gpu.io (elsewhere rate(hw.gpu.io) gives the traffic).",
+        points=(
+            Point(PCIE_THROUGHPUT_RX, {"network.io.direction": "receive"}, KB_PER_S),
+            Point(PCIE_THROUGHPUT_TX, {"network.io.direction": "transmit"}, KB_PER_S),
+        ),
+    ),
+    Metric(
         "nvidia.gpu.nvlink.io", Kind.COUNTER, "By",
-        "Data bytes moved over NVLink, summed over the GPU's links.",
+        "Data bytes moved over NVLink, all links of the GPU together; absent on a GPU "
+        "without an active NVLink link.",
         points=(
             Point(NVLINK_RX, {"network.io.direction": "receive"}, KIB),
             Point(NVLINK_TX, {"network.io.direction": "transmit"}, KIB),
         ),
+    ),
+    Metric(
+        "nvidia.gpu.nvlink.links", Kind.UPDOWNCOUNTER, "{link}",
+        "NVLink links up (active); absent on a GPU without an active link, so a GPU whose "
+        "links all went down loses the series.",
+        points=(Point(NVLINK_LINKS),),
+    ),
+    Metric(
+        "nvidia.gpu.nvlink.errors", Kind.COUNTER, "{error}",
+        "NVLink errors over all links of the GPU: flow-control CRC (crc_flit), data CRC "
+        "(crc_data), replays and link recoveries; absent without an active link.",
+        points=tuple(Point(src, {"error.type": kind}) for kind, src in NVLINK_ERRORS),
     ),
     Metric(
         "nvidia.gpu.clock.throttle", Kind.GAUGE, "1",
@@ -431,6 +597,14 @@ CATALOG: tuple[Metric, ...] = (
         points=tuple(
             Point(CLOCK_REASONS, {"nvidia.gpu.throttle.reason": name}, bit=bit)
             for name, bit in THROTTLE_REASONS
+        ),
+    ),
+    Metric(
+        "nvidia.gpu.clock.throttle_time", Kind.COUNTER, "s",
+        "Time the clocks were held below what was asked for, per limiting policy, since the "
+        "driver was loaded.",
+        points=tuple(
+            Point(src, {"nvidia.gpu.throttle.reason": policy}, NANO) for policy, src in VIOLATIONS
         ),
     ),
     Metric(
@@ -457,6 +631,42 @@ CATALOG: tuple[Metric, ...] = (
         points=(Point(REMAP_FAILURE),),
     ),
     Metric(
+        "nvidia.gpu.memory.row_remap.banks", Kind.UPDOWNCOUNTER, "{bank}",
+        "Memory banks by how many spare rows they have left for remapping (NVML's row "
+        "remapper histogram): a bank at none can remap no more rows.",
+        points=tuple(Point(src, {"nvidia.gpu.row_remap.availability": name})
+                     for name, src in ROW_REMAP_BANKS),
+    ),
+    Metric(
+        "nvidia.gpu.memory.retired_pages", Kind.COUNTER, "{page}",
+        "Memory pages retired after ECC errors (GPUs before Ampere; later ones remap rows "
+        "instead).",
+        points=(
+            Point(RETIRED_SBE, {"nvidia.gpu.page_retirement.cause": "multiple_single_bit_ecc"}),
+            Point(RETIRED_DBE, {"nvidia.gpu.page_retirement.cause": "double_bit_ecc"}),
+        ),
+    ),
+    Metric(
+        "nvidia.gpu.memory.page_retirement.pending", Kind.GAUGE, "1",
+        "1 when a page waits for a GPU reset or reboot to be retired.",
+        points=(Point(RETIRED_PENDING),),
+    ),
+    Metric(
+        "nvidia.gpu.ecc.errors", Kind.COUNTER, "{error}",
+        "ECC memory errors: since the driver was loaded (volatile, the counts of hw.errors) "
+        "and over the GPU's lifetime (aggregate, kept in its infoROM).",
+        points=(
+            Point(ECC_CORRECTED, {"error.type": "corrected",
+                                  "nvidia.gpu.ecc.counter_type": "volatile"}),
+            Point(ECC_UNCORRECTED, {"error.type": "uncorrected",
+                                    "nvidia.gpu.ecc.counter_type": "volatile"}),
+            Point(ECC_CORRECTED_AGGREGATE, {"error.type": "corrected",
+                                            "nvidia.gpu.ecc.counter_type": "aggregate"}),
+            Point(ECC_UNCORRECTED_AGGREGATE, {"error.type": "uncorrected",
+                                              "nvidia.gpu.ecc.counter_type": "aggregate"}),
+        ),
+    ),
+    Metric(
         "nvidia.gpu.xid.errors", Kind.COUNTER, "{error}",
         "XID errors reported by the driver since the collector started, per XID code; the "
         "common codes are there at 0 from discovery on, so the first one is an increase.",
@@ -469,6 +679,82 @@ CATALOG: tuple[Metric, ...] = (
         "nvidia.gpu.processes", Kind.UPDOWNCOUNTER, "{process}",
         "Compute processes running on the device.",
         points=(Point(PROCESSES),),
+    ),
+    # Profiling through NVML GPM (Hopper and newer; per GPU and per MIG GPU instance): rates
+    # over the interval since the previous sample, so absent from the first sample.
+    Metric(
+        "nvidia.gpu.graphics.activity", Kind.GAUGE, "1",
+        "Fraction of time the graphics or compute engine was busy with any work since the "
+        "previous sample (profiling).",
+        points=(Point(GPM_GRAPHICS, conversion=PERCENT),),
+    ),
+    Metric(
+        "nvidia.gpu.sm.activity", Kind.GAUGE, "1",
+        "Fraction of time at least one warp was resident on an SM, averaged over all SMs, "
+        "since the previous sample (profiling).",
+        points=(Point(GPM_SM_ACTIVE, conversion=PERCENT),),
+    ),
+    Metric(
+        "nvidia.gpu.sm.occupancy", Kind.GAUGE, "1",
+        "Resident warps as a fraction of the SMs' maximum, averaged over all SMs, since the "
+        "previous sample (profiling).",
+        points=(Point(GPM_SM_OCCUPANCY, conversion=PERCENT),),
+    ),
+    Metric(
+        "nvidia.gpu.tensor.activity", Kind.GAUGE, "1",
+        "Fraction of time the tensor cores were busy since the previous sample, with any "
+        "instruction or one kind (profiling).",
+        points=(
+            Point(GPM_TENSOR, {"nvidia.gpu.tensor.type": "any"}, PERCENT),
+            Point(GPM_TENSOR_HMMA, {"nvidia.gpu.tensor.type": "hmma"}, PERCENT),
+            Point(GPM_TENSOR_IMMA, {"nvidia.gpu.tensor.type": "imma"}, PERCENT),
+            Point(GPM_TENSOR_DFMA, {"nvidia.gpu.tensor.type": "dfma"}, PERCENT),
+            Point(GPM_TENSOR_DMMA, {"nvidia.gpu.tensor.type": "dmma"}, PERCENT),
+        ),
+    ),
+    Metric(
+        "nvidia.gpu.pipe.activity", Kind.GAUGE, "1",
+        "Fraction of time the SMs' non-tensor FP64, FP32, FP16 or integer pipe was busy "
+        "since the previous sample (profiling).",
+        points=(
+            Point(GPM_FP64, {"nvidia.gpu.pipe": "fp64"}, PERCENT),
+            Point(GPM_FP32, {"nvidia.gpu.pipe": "fp32"}, PERCENT),
+            Point(GPM_FP16, {"nvidia.gpu.pipe": "fp16"}, PERCENT),
+            Point(GPM_INTEGER, {"nvidia.gpu.pipe": "integer"}, PERCENT),
+        ),
+    ),
+    Metric(
+        "nvidia.gpu.dram.activity", Kind.GAUGE, "1",
+        "Device memory bandwidth used, as a fraction of the maximum, since the previous "
+        "sample (profiling).",
+        points=(Point(GPM_DRAM, conversion=PERCENT),),
+    ),
+    Metric(
+        "nvidia.gpu.pcie.throughput", Kind.GAUGE, "By/s",
+        "PCIe traffic of the GPU, headers included, since the previous sample (profiling).",
+        points=(
+            Point(GPM_PCIE_RX, {"network.io.direction": "receive"}, MIB),
+            Point(GPM_PCIE_TX, {"network.io.direction": "transmit"}, MIB),
+        ),
+    ),
+    Metric(
+        "nvidia.gpu.nvlink.throughput", Kind.GAUGE, "By/s",
+        "NVLink traffic of the GPU, all links, since the previous sample (profiling).",
+        points=(
+            Point(GPM_NVLINK_RX, {"network.io.direction": "receive"}, MIB),
+            Point(GPM_NVLINK_TX, {"network.io.direction": "transmit"}, MIB),
+        ),
+    ),
+    Metric(
+        "nvidia.gpu.engine.utilization", Kind.GAUGE, "1",
+        "Fraction of time the video decoders, JPEG decoders or optical flow accelerators "
+        "were busy since the previous sample, averaged over the engines of the kind "
+        "(profiling).",
+        points=(
+            Point(GPM_NVDEC, {"nvidia.gpu.engine": "nvdec"}, PERCENT),
+            Point(GPM_NVJPG, {"nvidia.gpu.engine": "nvjpg"}, PERCENT),
+            Point(GPM_NVOFA, {"nvidia.gpu.engine": "nvofa"}, PERCENT),
+        ),
     ),
     # Kubernetes attribution (present when the kubelet's Pod Resources API answers)
     Metric(
@@ -499,6 +785,38 @@ CATALOG: tuple[Metric, ...] = (
         per_node=_numa_alignment,
         attributes=(HW_ID, *POD_ATTRIBUTES),
         source_doc="kubelet cpu_ids and topology; sysfs node*/cpulist",
+    ),
+    _usage_metric(
+        "nvidia.gpu.k8s.memory.usage", Kind.UPDOWNCOUNTER, "By",
+        "GPU memory held by a container's processes on a device (0 for a container holding "
+        "the device with none running).", "used_memory",
+        "nvmlDeviceGetComputeRunningProcesses .usedGpuMemory, summed " + _TO_CONTAINER,
+    ),
+    _usage_metric(
+        "nvidia.gpu.k8s.sm.utilization", Kind.GAUGE, "1",
+        "Share of the device's SM time a container's processes used since the previous "
+        "sample (absent on MIG instances: NVML has no per-process utilization there).",
+        "sm", _SHARE_SOURCE.format(field="smUtil"),
+    ),
+    _usage_metric(
+        "nvidia.gpu.k8s.memory_controller.utilization", Kind.GAUGE, "1",
+        "Share of the device's memory-controller time a container's processes used since "
+        "the previous sample.", "memory", _SHARE_SOURCE.format(field="memUtil"),
+    ),
+    _usage_metric(
+        "nvidia.gpu.k8s.encoder.utilization", Kind.GAUGE, "1",
+        "Share of the device's video encoder time a container's processes used since the "
+        "previous sample.", "encoder", _SHARE_SOURCE.format(field="encUtil"),
+    ),
+    _usage_metric(
+        "nvidia.gpu.k8s.decoder.utilization", Kind.GAUGE, "1",
+        "Share of the device's video decoder time a container's processes used since the "
+        "previous sample.", "decoder", _SHARE_SOURCE.format(field="decUtil"),
+    ),
+    _usage_metric(
+        "nvidia.gpu.k8s.processes", Kind.UPDOWNCOUNTER, "{process}",
+        "Compute processes of a container on a device.", "processes",
+        "nvmlDeviceGetComputeRunningProcesses, counted " + _TO_CONTAINER,
     ),
     # The collector's own health
     Metric(

@@ -359,6 +359,15 @@ OPTIONS: tuple[Option, ...] = (
            "nvidia.com/gpu, nvidia.com/gpu.shared and nvidia.com/mig-*"),
     Option("sysfs_root", str, "/", _required_text, "DIR",
            "where the host's /sys is mounted (for NUMA placement), e.g. /host"),
+    Option("process_usage", bool, False, parse_bool, _BOOL,
+           "per-pod usage of each GPU and MIG instance (memory, SM, memory-controller, "
+           "encoder and decoder shares) from NVML's per-process readings, each process mapped "
+           "to its container through proc_root and pod_log_root; needs hostPID"),
+    Option("proc_root", str, "/proc", _required_text, "DIR",
+           "process usage: where the host's processes are visible (/proc with hostPID)"),
+    Option("pod_log_root", str, "/var/log/pods", _required_text, "DIR",
+           "process usage: the kubelet's pod log directory (mounted read-only; only names are "
+           "read), whose sibling containers/ names each container id"),
     Option("naming", tuple[str, ...], "otel", parse_naming, "PROFILES",
            "names on the Prometheus endpoint: otel, dcgm (dcgm-exporter's), kubelet (the "
            "kubelet's pre-1.20 accelerator metrics), or several, comma-separated"),
@@ -366,12 +375,20 @@ OPTIONS: tuple[Option, ...] = (
            "dcgm profile: a dcgm-exporter counters CSV file choosing the DCGM_FI_* fields "
            "(naming must include dcgm)",
            short="-f"),
-    Option("dcgm_hostname_label", str, "Hostname",
+    Option("dcgm_hostname_label", str, "hostname",
            _choice(("Hostname", "hostname"), exact=True), "Hostname|hostname",
-           "dcgm profile: the host label's name (newer dcgm-exporter releases use hostname)"),
+           "dcgm profile: the host label's name (dcgm-exporter's newest releases use hostname, "
+           "earlier ones Hostname)"),
     Option("dcgm_shared_gpu_copies", bool, False, parse_bool, _BOOL,
            "dcgm profile: copy a time-sliced GPU's series once per pod, as dcgm-exporter "
            "does (sums over pods then count the GPU several times)"),
+    Option("dcgm_devices", str, "auto", _choice(("auto", "gpus", "instances", "both")),
+           "auto|gpus|instances|both",
+           "dcgm profile: which devices have series, as dcgm-exporter's -d: auto (f: a MIG "
+           "GPU's instances, else the GPU), gpus (g), instances (i) or both (g+i)"),
+    Option("dcgm_pod_label_style", str, "current", _choice(("current", "old")), "current|old",
+           "dcgm profile: pod labels pod, namespace, container (current) or dcgm-exporter's "
+           "--use-old-namespace names pod_name, pod_namespace, container_name and uuid (old)"),
     Option("exporters", tuple[str, ...] | None, None, parse_exporters, "LIST",
            "prometheus, otlp, or both (comma-separated); default: prometheus, plus otlp "
            "when an OTLP endpoint is configured"),

@@ -32,6 +32,8 @@ listed after it, so no cycle can form:
 
     1. Pipeline._lock        (sampler, podresources) enrich + publish: the store always
                              ends with the newest sample joined with the newest pods.
+                             Enrich reads a few small bounded files (sysfs NUMA nodes;
+                             /proc/<pid>/cgroup and /var/log/pods with process usage).
     2. SnapshotStore._cond   inside 1 only; readers never take it.
     3. RenderCache._lock     (http) one render at a time; waiters reuse its result.
     4. Telemetry._lock       inside 3 (render), or alone (the rebuild's swap).

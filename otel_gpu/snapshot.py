@@ -47,10 +47,37 @@ class Device:
     """``1g.10gb`` and the like, for MIG instances."""
     numa_node: int | None = None
     serial: str | None = None
+    gpu_instance_profile_id: int | None = None
+    """MIG: the GPU instance's profile id (``nvmlGpuInstanceGetInfo`` ``profileId``,
+    e.g. 19 for ``1g.10gb`` on an H100), as NVIDIA's DRA driver names devices."""
+    placement_start: int | None = None
+    """MIG: the first memory slice of the GPU instance's placement on its GPU."""
+    vbios_version: str | None = None
+    """``nvmlDeviceGetVbiosVersion`` (whole GPUs only)."""
 
     @property
     def is_mig(self) -> bool:
         return self.parent_uuid is not None
+
+
+@dataclass(frozen=True)
+class ProcessUsage:
+    """One compute process on a device in one sample, as NVML reports it.
+
+    The shares are fractions (0..1) of the window since the device's previous
+    sample; ``None`` when NVML could not say (no per-process utilization on
+    MIG, or the call failed). A process NVML sampled no activity for has 0.
+    """
+
+    pid: int
+    """Host PID (NVML reports PIDs of the host's PID namespace)."""
+    used_memory: int | None = None
+    """Bytes of GPU memory the process holds; ``None`` when NVML does not say."""
+    sm: float | None = None
+    memory: float | None = None
+    """Memory-controller (framebuffer bandwidth) share, not memory held."""
+    encoder: float | None = None
+    decoder: float | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +103,12 @@ class DeviceSample:
     Its values are then omitted; ``state`` is the last one read."""
     age: float = 0.0
     """Seconds from this device's last finished read to the end of the sample."""
+    processes: tuple[ProcessUsage, ...] | None = None
+    """The device's compute processes, when process usage is on and NVML listed them
+    (``None``: not read). A whole GPU in MIG mode lists only processes outside its
+    instances; each instance lists its own."""
+    process_utilization: bool = False
+    """Whether the processes' shares were read this sample."""
 
     @property
     def readable(self) -> bool:
@@ -155,6 +188,29 @@ class UnresolvedId:
     resource_name: str
     device_id: str
     reason: str
+
+
+@dataclass(frozen=True)
+class PodUsage:
+    """What one container's processes use of one device in one sample (process usage).
+
+    ``pod`` is ``None`` for the processes that map to no pod (host processes,
+    processes whose ``/proc`` entry is gone or not visible, pods whose name is
+    not found): they are summed in one row per device. ``pod.container`` is
+    empty when the pod is known but not which of its containers runs the
+    process. Sums and shares add up the container's processes; a share is
+    ``None`` when NVML gave none for the device, the memory when it gave none
+    for any of the processes.
+    """
+
+    uuid: str
+    pod: PodRef | None
+    processes: int
+    used_memory: int | None = None
+    sm: float | None = None
+    memory: float | None = None
+    encoder: float | None = None
+    decoder: float | None = None
 
 
 _NO_HOLDERS: tuple[Holder, ...] = ()
@@ -276,6 +332,9 @@ class Pods:
     kubelet: KubeletStats | None = None
     mapping_taken_monotonic: float | None = None
     """When the kubelet answered the List this attribution comes from."""
+    usage: tuple[PodUsage, ...] = ()
+    """Per (device, container) usage, when process usage is on: a row for every
+    container with processes on a device and every container holding one."""
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,24 @@ node): ``gpu-N`` is a whole GPU and ``gpu-N-mig-...`` a MIG device on it. In
 current releases of NVIDIA's DRA driver N is the ``/dev/nvidiaN`` minor number
 (its earliest releases used the NVML index; the resolver falls back to the
 index only when no device reports a minor number). The MIG suffix names the
-profile and placement, not the GPU-instance id, so a DRA MIG device resolves
-only when it is unambiguous: the one MIG instance on that GPU with that
-profile (or the GPU's only MIG instance when the name carries no profile).
+GPU instance by its placement, not by its GPU-instance id:
+
+==========================================  ==========================================
+name                                        meaning
+==========================================  ==========================================
+``gpu-N-mig-<profile>-<P>-<S>``             current releases: profile without dots
+                                            (``1g10gb``; ``+me`` becomes ``-me``),
+                                            GPU-instance profile id P, placement start S
+``gpu-N-mig-<P>-<S>-<size>``                earlier releases: profile id, placement
+                                            start and size
+==========================================  ==========================================
+
+Discovery records each MIG instance's GPU-instance profile id and placement
+start (``nvmlGpuInstanceGetInfo``), so such a name resolves to exactly one
+instance, even with seven ``1g.10gb`` instances on one GPU. Where discovery
+could not read them, a name resolves only when it is unambiguous: the one MIG
+instance on that GPU with that profile (or the GPU's only MIG instance when
+the name carries no profile).
 """
 
 from __future__ import annotations
@@ -81,6 +96,12 @@ _DRA_MIG_RE = re.compile(r"gpu-(?P<n>\d+)-mig-(?P<rest>[0-9a-z-]+)")
 # A MIG profile as it appears in a DRA device name: dots dropped, e.g. 1g10gb,
 # 1g10gbme, 1c3g20gb (compute-instance profiles).
 _DRA_PROFILE_RE = re.compile(r"(?:\d+c)?\d+g\d+gb[a-z0-9]*")
+# Current names: profile (a suffix such as +me became -me), profile id, placement start.
+_DRA_PLACED_RE = re.compile(
+    r"(?P<profile>(?:\d+c)?\d+g\d+gb[a-z0-9]*(?:-[a-z][a-z0-9]*)*)-(?P<pid>\d+)-(?P<start>\d+)"
+)
+# Earlier names: profile id, placement start, placement size.
+_DRA_NUMERIC_RE = re.compile(r"(?P<pid>\d+)-(?P<start>\d+)-(?P<size>\d+)")
 _MAX_NUMBER = 1 << 31
 
 
@@ -91,7 +112,9 @@ class DeviceRef:
     ``uuid`` is the NVML uuid named by the id (for pre-R470 MIG ids: the
     parent GPU's); ``minor`` the ``/dev/nvidiaN`` number (GKE and DRA);
     ``replica`` / ``vgpu`` mark a shared device (time-slicing, MPS, GKE
-    sharing). ``mig_profile`` is a DRA MIG profile with its dots removed.
+    sharing). ``mig_profile`` is a DRA MIG profile with its dots removed;
+    ``gi_profile_id`` and ``placement_start`` the GPU instance a DRA MIG name
+    places.
     """
 
     kind: str
@@ -103,6 +126,8 @@ class DeviceRef:
     vgpu: int | None = None
     dra_index: int | None = None
     mig_profile: str | None = None
+    gi_profile_id: int | None = None
+    placement_start: int | None = None
 
     @property
     def shared(self) -> bool:
@@ -169,7 +194,14 @@ def parse_dra_device(device_name: str) -> DeviceRef | None:
         m = _DRA_MIG_RE.fullmatch(device_name)
         if m:
             n = _int(m["n"])
-            first = m["rest"].split("-", 1)[0]
+            rest = m["rest"]
+            placed = _DRA_PLACED_RE.fullmatch(rest) or _DRA_NUMERIC_RE.fullmatch(rest)
+            if placed:
+                groups = placed.groupdict()
+                return DeviceRef(DRA_MIG, minor=n, dra_index=n, mig_profile=groups.get("profile"),
+                                 gi_profile_id=_int(placed["pid"]),
+                                 placement_start=_int(placed["start"]))
+            first = rest.split("-", 1)[0]
             profile = first if _DRA_PROFILE_RE.fullmatch(first) else None
             return DeviceRef(DRA_MIG, minor=n, dra_index=n, mig_profile=profile)
     except ValueError:
@@ -217,9 +249,10 @@ def _is_pattern(name: str) -> bool:
 
 
 def _norm_profile(profile: str | None) -> str | None:
+    """``1g.10gb+me`` (NVML) and ``1g10gb-me`` (DRA) -> ``1g10gbme``."""
     if profile is None:
         return None
-    return profile.replace(".", "").replace("+", "").lower()
+    return "".join(ch for ch in profile.lower() if ch.isalnum())
 
 
 class DeviceResolver:
@@ -280,12 +313,31 @@ class DeviceResolver:
                 return None
             if ref.kind == DRA_GPU:
                 return gpu.uuid
-            children = self._migs_by_parent.get(gpu.uuid.lower(), [])
-            if ref.mig_profile is not None:
-                want = _norm_profile(ref.mig_profile)
-                children = [c for c in children if _norm_profile(c.mig_profile) == want]
-            return children[0].uuid if len(children) == 1 else None
+            return _dra_instance(self._migs_by_parent.get(gpu.uuid.lower(), []), ref)
         return None
+
+
+def _placed(device: Device) -> bool:
+    return device.gpu_instance_profile_id is not None and device.placement_start is not None
+
+
+def _dra_instance(children: list[Device], ref: DeviceRef) -> str | None:
+    """The MIG instance among one GPU's ``children`` that a DRA MIG name designates.
+
+    By GPU-instance profile id and placement start where the name and discovery
+    both have them; otherwise (older drivers, a failed read) by profile, when
+    only one instance without a known placement has it.
+    """
+    if ref.gi_profile_id is not None and ref.placement_start is not None:
+        exact = [c for c in children if c.gpu_instance_profile_id == ref.gi_profile_id
+                 and c.placement_start == ref.placement_start]
+        if exact:
+            return _pick_instance(exact)
+        children = [c for c in children if not _placed(c)]
+    if ref.mig_profile is not None:
+        want = _norm_profile(ref.mig_profile)
+        children = [c for c in children if _norm_profile(c.mig_profile) == want]
+    return children[0].uuid if len(children) == 1 else None
 
 
 def _pick_instance(candidates: list[Device] | None) -> str | None:

@@ -10,6 +10,11 @@ otel-gpu does not know, or ids of another node's GPUs) are reported as one
 summary line when their set changes, at most once a minute, and counted by
 ``otel_gpu.kubelet.unresolved_ids``: a node with thousands of such ids
 writes a line a minute at most, and remembers nothing per id.
+
+With process usage on, it also maps each device's processes to their
+containers (:mod:`otel_gpu.k8s.processes`: once per sample, the answer kept
+for the kubelet's re-publications of that sample) and attaches the usage per
+(device, container) as :attr:`~otel_gpu.snapshot.Pods.usage`.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from pathlib import Path
 from otel_gpu._log import ChangeLimiter
 from otel_gpu.k8s.attribution import Attributor
 from otel_gpu.k8s.podresources import PodResourcesWatcher
-from otel_gpu.snapshot import Pods, Snapshot, UnresolvedId
+from otel_gpu.k8s.processes import ProcessMapper, join_usage
+from otel_gpu.snapshot import PodRef, Pods, PodUsage, Snapshot, UnresolvedId
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +66,11 @@ class PodEnricher:
         *,
         summary_every: float = SUMMARY_EVERY_S,
         clock: Callable[[], float] = time.monotonic,
+        processes: ProcessMapper | None = None,
     ) -> None:
         self.watcher = watcher
+        self.processes = processes
+        self._owners: tuple[int, dict[int, PodRef | None]] | None = None
         self.sysfs_root = Path(sysfs_root)
         self._attributor: Attributor | None = None
         self._unresolved_log = ChangeLimiter(summary_every, clock=clock, initial=_NONE)
@@ -76,8 +85,19 @@ class PodEnricher:
         state = self.watcher.state
         attribution = self._attributor(state)
         self._report_unresolved(attribution.unresolved)
-        pods = Pods(attribution, self.watcher.stats, state.taken_monotonic)
+        usage: tuple[PodUsage, ...] = ()
+        if self.processes is not None:
+            usage = join_usage(snapshot.devices, self._process_owners(snapshot), attribution)
+        pods = Pods(attribution, self.watcher.stats, state.taken_monotonic, usage)
         return replace(snapshot, pods=pods)
+
+    def _process_owners(self, snapshot: Snapshot) -> dict[int, PodRef | None]:
+        """Each listed process's container, read once per sample."""
+        assert self.processes is not None
+        if self._owners is None or self._owners[0] != snapshot.seq:
+            pids = {p.pid for s in snapshot.devices for p in s.processes or ()}
+            self._owners = (snapshot.seq, self.processes.owners(pids))
+        return self._owners[1]
 
     def _report_unresolved(self, unresolved: tuple[UnresolvedId, ...]) -> None:
         """One line for the set of unmatched ids when it changed (see the module docstring)."""

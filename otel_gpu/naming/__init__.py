@@ -32,13 +32,16 @@ def build_profiles(
     *,
     hostname: str,
     collectors_file: str | None = None,
-    hostname_label: str = "Hostname",
+    hostname_label: str = "hostname",
     shared_gpu_copies: bool = False,
+    devices: str = "auto",
+    pod_label_style: str = "current",
 ) -> list[Profile]:
     """The compatibility profiles among ``names`` (``otel`` is the instruments themselves).
 
     Raises ``CollectorsError`` for a malformed counters file; fields it names
-    that NVML cannot provide are logged once here, with the reason.
+    that NVML cannot provide (or that otel-gpu does not know) are logged once
+    here, with the reason, and skipped.
     """
     profiles: list[Profile] = []
     if "otel" not in names:  # the collector's own health is on the endpoint whatever the names
@@ -49,7 +52,8 @@ def build_profiles(
         for problem in problems:
             log.warning("dcgm profile: not exported: %s", problem)
         profiles.append(DcgmProfile(fields, hostname, hostname_label=hostname_label,
-                              shared_gpu_copies=shared_gpu_copies))
+                                    shared_gpu_copies=shared_gpu_copies, devices=devices,
+                                    pod_label_style=pod_label_style))
     if "kubelet" in names:
         profiles.append(KubeletProfile())
     return profiles

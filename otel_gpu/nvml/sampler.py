@@ -3,8 +3,9 @@
 One :meth:`Sampler.sample` pass reads every device once and returns an
 immutable :class:`~otel_gpu.snapshot.Snapshot`: discovery (GPUs, MIG
 instances, XID event registration), one batched field-value call per device,
-one call per :class:`~otel_gpu.nvml.sources.Reader` the catalog needs, and
-the XID events waiting. :mod:`otel_gpu.pipeline` runs passes on an interval;
+one call per :class:`~otel_gpu.nvml.sources.Reader` the catalog needs, one
+GPM profiling sample per device (:mod:`otel_gpu.nvml.gpm`), and the XID
+events waiting. :mod:`otel_gpu.pipeline` runs passes on an interval;
 nothing on the scrape path calls into here.
 """
 
@@ -22,8 +23,21 @@ from typing import Any
 
 from otel_gpu._log import LogLimiter
 from otel_gpu.catalog import CATALOG, Metric, all_sources
+from otel_gpu.nvml.gpm import GpmCollector, GpmState
 from otel_gpu.nvml.library import Nvml, Outcome, Result, classify, error_name
-from otel_gpu.nvml.sources import REMAP_FAILURE, REMAP_PENDING, Reader, Source
+from otel_gpu.nvml.sources import (
+    ALL_LINKS,
+    COMPUTE_PROCESSES,
+    NVLINK_ACTIVE,
+    NVLINK_STATES,
+    PROCESSES,
+    REMAP_FAILURE,
+    REMAP_PENDING,
+    RETIRED_PENDING,
+    NvLink,
+    Reader,
+    Source,
+)
 from otel_gpu.nvml.workers import DeviceWorker, Job
 from otel_gpu.snapshot import (
     DEGRADED,
@@ -32,6 +46,7 @@ from otel_gpu.snapshot import (
     PREDICTED_FAILURE,
     Device,
     DeviceSample,
+    ProcessUsage,
     Snapshot,
 )
 
@@ -79,8 +94,9 @@ def mig_profile(name: str) -> str | None:
 class _Tracked:
     """Sampler-private state of one device across samples.
 
-    ``unsupported`` and ``failure`` are written by the device's worker thread
-    only; ``xid`` by the sampler thread only.
+    ``unsupported``, ``failure`` and ``gpm`` are written by the device's worker
+    thread only (``gpm``'s buffers are freed by the sampler thread, between
+    jobs); ``xid`` by the sampler thread only.
     """
 
     device: Device
@@ -98,6 +114,16 @@ class _Tracked:
     """Monotonic time the last read of this device finished."""
     hung_since: float | None = None
     events_registered: bool = False
+    gpm: GpmState = field(default_factory=GpmState)
+    processes: tuple[ProcessUsage, ...] | None = None
+    """The last read's compute processes (process usage on); written by the worker thread."""
+    process_utilization: bool = False
+    utilization_seen: int = 0
+    """NVML timestamp (us) of the newest per-process utilization sample read so far."""
+    link_totals: dict[str, bool] = field(default_factory=dict)
+    """Per NVLink-links field: whether the driver answers its all-links scope (else: summed)."""
+    static: dict[str, Mapping[str, float]] = field(default_factory=dict)
+    """The answers of the static readers, by reader name: read once."""
 
     def label(self) -> str:
         if self.device.is_mig:
@@ -129,14 +155,19 @@ class Sampler:
         rediscover_every: int = 60,
         read_timeout: float = 5.0,
         sysfs_root: Path | None = None,
+        process_usage: bool = False,
     ) -> None:
         self._nvml = nvml
+        self._process_usage = process_usage
         self._m = nvml.module
         sources = all_sources(catalog)
         self._fields: tuple[Source, ...] = tuple(s for s in sources if s.field_id is not None)
         self._readers: tuple[Reader, ...] = tuple(
-            dict.fromkeys(s.reader for s in sources if s.reader is not None)
+            dict.fromkeys(s.reader for s in sources
+                          if s.reader is not None and s.reader is not NVLINK_STATES)
         )
+        # The link states are read before the fields: the NVLink fields need the active links.
+        self._nvlink = any(s.nvlink is not None or s.reader is NVLINK_STATES for s in sources)
         self._clock = clock
         self._wall = wall_clock
         self._max_events = max_events
@@ -157,6 +188,7 @@ class Sampler:
         self._event_set: Any = None
         self._seq = 0
         self._limited = LogLimiter(log, 300.0, clock=clock)
+        self._gpm = GpmCollector(nvml, sources, clock=clock)
 
     # --- discovery -------------------------------------------------------------
 
@@ -200,6 +232,8 @@ class Sampler:
         gone = [uuid for uuid in previous if uuid not in kept]
         if gone:
             log.warning("devices no longer listed by NVML: %s", ", ".join(gone))
+        for uuid in gone:
+            self._release_gpm(previous[uuid])
         for uuid in gone:
             worker = self._workers.pop(uuid, None)
             if worker is not None:
@@ -266,6 +300,7 @@ class Sampler:
         pci = self._get(m.nvmlDeviceGetPciInfo, handle)
         numa = self._get(m.nvmlDeviceGetNumaNodeId, handle)
         serial = self._get(m.nvmlDeviceGetSerial, handle)
+        vbios = self._get(m.nvmlDeviceGetVbiosVersion, handle)
         device = Device(
             uuid=uuid,
             index=index,
@@ -275,6 +310,7 @@ class Sampler:
             minor_number=self._get(m.nvmlDeviceGetMinorNumber, handle),
             numa_node=numa if isinstance(numa, int) and numa >= 0 else None,
             serial=_text(serial) if serial else None,
+            vbios_version=_text(vbios) if vbios else None,
         )
         return _Tracked(device, handle)
 
@@ -293,15 +329,23 @@ class Sampler:
             if uuid is None:
                 continue
             name = _text(self._get(m.nvmlDeviceGetName, res.value) or gpu.device.name)
+            gi_id = self._get(m.nvmlDeviceGetGpuInstanceId, res.value)
+            # The GPU instance's profile id and placement, as NVIDIA's DRA driver names it.
+            gi = self._get(m.nvmlDeviceGetGpuInstanceById, gpu.handle, gi_id) if isinstance(
+                gi_id, int) else None
+            info = self._get(m.nvmlGpuInstanceGetInfo, gi) if gi is not None else None
             device = replace(
                 gpu.device,
                 uuid=_text(uuid),
                 name=name,
                 parent_uuid=gpu.device.uuid,
-                gpu_instance_id=self._get(m.nvmlDeviceGetGpuInstanceId, res.value),
+                gpu_instance_id=gi_id,
                 compute_instance_id=self._get(m.nvmlDeviceGetComputeInstanceId, res.value),
                 mig_profile=mig_profile(name),
                 serial=None,
+                vbios_version=None,
+                gpu_instance_profile_id=int(info.profileId) if info is not None else None,
+                placement_start=int(info.placement.start) if info is not None else None,
             )
             tracked = previous.get(device.uuid) or _Tracked(device, res.value)
             tracked.handle = res.value
@@ -362,6 +406,7 @@ class Sampler:
             problems.append("NVML reports no GPU")
         self._drain_events()
         samples = self._read_all(problems)
+        problems.extend(self._gpm.summary(self._devices))
         self._seq += 1
         finished = self._clock()
         return Snapshot(
@@ -381,9 +426,17 @@ class Sampler:
 
     def close(self) -> None:
         """Lets the reader threads end (a hung one ends when its call returns)."""
+        for t in self._devices:
+            self._release_gpm(t)
         for worker in self._workers.values():
             worker.close()
         self._workers.clear()
+
+    def _release_gpm(self, t: _Tracked) -> None:
+        """Free a device's GPM buffers, unless a call on its GPU still runs (then they stay)."""
+        worker = self._workers.get((t.parent or t).device.uuid)
+        if worker is None or not worker.busy:
+            self._gpm.release(t.gpm)
 
     def _reopenable(self) -> bool:
         """Whether a GPU that could not be opened now can: two calls per such GPU."""
@@ -460,6 +513,8 @@ class Sampler:
             last_xid=t.last_xid,
             error=t.failure,
             age=max(0.0, now - t.read_at) if t.read_at is not None else 0.0,
+            processes=t.processes if t.failure is None else None,
+            process_utilization=t.process_utilization and t.failure is None,
         )
 
     def _hung(
@@ -498,6 +553,14 @@ class Sampler:
             failure = self._read_fields(t, values, newly_unsupported, worker) or self._read_calls(
                 t, values, newly_unsupported, worker
             )
+        if self._process_usage:
+            t.processes, t.process_utilization = None, False
+            if failure is None:
+                failure = self._read_processes(t, values, newly_unsupported, worker)
+        if failure is None:
+            self._gpm.read(t, values, newly_unsupported, worker)
+        else:
+            t.gpm.restart()  # after a failure, a new interval starts
         if newly_unsupported:  # each (device, value) pair is reported once, in one line
             log.info("%s: not available, omitted from now on: %s",
                      t.label(), ", ".join(newly_unsupported))
@@ -519,7 +582,7 @@ class Sampler:
             return FAILED
         if values.get(REMAP_FAILURE.key):
             return PREDICTED_FAILURE
-        if values.get(REMAP_PENDING.key):
+        if values.get(REMAP_PENDING.key) or values.get(RETIRED_PENDING.key):
             return DEGRADED
         return OK
 
@@ -547,18 +610,43 @@ class Sampler:
         self, t: _Tracked, values: dict[str, float], unsupported: list[str],
         worker: DeviceWorker,
     ) -> str | None:
-        wanted = [s for s in self._fields if s.key not in t.unsupported]
+        links, failure = self._read_links(t, values, unsupported, worker)
+        if failure is not None:
+            return failure
+        wanted = [s for s in self._fields if s.key not in t.unsupported
+                  and (s.nvlink is None or links)]  # no NVLink series without an active link
         if not wanted or "fields" in t.unsupported:
             return None
         m = self._m
+        requests: list[tuple[Source, int]] = []
+        for src in wanted:
+            if src.nvlink is NvLink.LINKS:
+                # Until the driver has shown whether it answers the all-links scope, ask
+                # for both in the same call.
+                total = t.link_totals.get(src.key)
+                if total is not False:
+                    requests.append((src, ALL_LINKS))
+                if total is not True:
+                    requests.extend((src, link) for link in links)
+            else:
+                requests.append((src, 0))
         worker.current = "field values"
-        res = self._nvml.call(m.nvmlDeviceGetFieldValues, t.handle, [s.field_id for s in wanted])
+        res = self._nvml.call(m.nvmlDeviceGetFieldValues, t.handle,
+                              [(src.field_id, scope) for src, scope in requests])
         if not res.ok:
             return self._outcome(t, "fields", res, unsupported)
-        for src, entry in zip(wanted, res.value, strict=False):
+        answers: dict[str, dict[int, tuple[int, float | None]]] = {}
+        for (src, scope), entry in zip(requests, res.value, strict=False):
             code = int(entry.nvmlReturn)
+            value = _field_value(entry) if code == m.NVML_SUCCESS else None
+            answers.setdefault(src.key, {})[scope] = (code, value)
+        for src in wanted:
+            got = answers.get(src.key, {})
+            if src.nvlink is NvLink.LINKS:
+                code, value = self._link_sum(t, src, got, links)
+            else:
+                code, value = got.get(0, (m.NVML_SUCCESS, None))
             if code == m.NVML_SUCCESS:
-                value = _field_value(entry)
                 if value is not None:
                     values[src.key] = value
                 continue
@@ -569,6 +657,46 @@ class Sampler:
                 return failure
         return None
 
+    def _read_links(
+        self, t: _Tracked, values: dict[str, float], unsupported: list[str],
+        worker: DeviceWorker,
+    ) -> tuple[tuple[int, ...], str | None]:
+        """The device's active NVLink links (none: its NVLink values are omitted)."""
+        if not self._nvlink or NVLINK_STATES.name in t.unsupported:
+            return (), None
+        worker.current = NVLINK_STATES.name
+        res = self._nvml.call(NVLINK_STATES.read, self._m, t.handle)
+        if not res.ok:
+            return (), self._outcome(t, NVLINK_STATES.name, res, unsupported)
+        values.update(res.value)
+        mask = int(res.value.get(NVLINK_ACTIVE.key, 0))
+        return tuple(link for link in range(mask.bit_length()) if mask >> link & 1), None
+
+    def _link_sum(
+        self, t: _Tracked, src: Source, got: Mapping[int, tuple[int, float | None]],
+        links: tuple[int, ...],
+    ) -> tuple[int, float | None]:
+        """A links field's total: the all-links scope's answer, else the active links' sum.
+
+        A sum needs every active link's answer: a partial one would look like a counter
+        reset. The first answer decides which of the two is asked for from then on.
+        """
+        m = self._m
+        total = got.get(ALL_LINKS)
+        if total is not None and total[0] == m.NVML_SUCCESS:
+            t.link_totals[src.key] = True
+            return total
+        per_link = [got[link] for link in links if link in got]
+        if not per_link:  # the all-links scope answered before: ask for both again next time
+            t.link_totals.pop(src.key, None)
+            return m.NVML_SUCCESS, None
+        for code, _ in per_link:
+            if code != m.NVML_SUCCESS:
+                return code, None
+        if total is not None:
+            t.link_totals[src.key] = False
+        return m.NVML_SUCCESS, sum(v for _, v in per_link if v is not None)
+
     def _read_calls(
         self, t: _Tracked, values: dict[str, float], unsupported: list[str],
         worker: DeviceWorker,
@@ -576,12 +704,103 @@ class Sampler:
         for reader in self._readers:
             if reader.name in t.unsupported:
                 continue
+            if reader is COMPUTE_PROCESSES and self._process_usage:
+                continue  # _read_processes makes the same call and counts them too
+            if reader.fallback_for and not (
+                    "fields" in t.unsupported
+                    or any(key in t.unsupported for key in reader.fallback_for)):
+                continue  # what it stands in for is there
+            if reader.name in t.static:
+                values.update(t.static[reader.name])
+                continue
             worker.current = reader.name
             res = self._nvml.call(reader.read, self._m, t.handle)
             if res.ok:
                 values.update(res.value)
+                if reader.static:
+                    t.static[reader.name] = dict(res.value)
                 continue
             failure = self._outcome(t, reader.name, res, unsupported)
             if failure is not None:
                 return failure
         return None
+
+    # --- per-process usage (process_usage on), on the device's worker thread ---------------
+
+    def _read_processes(
+        self, t: _Tracked, values: dict[str, float], unsupported: list[str],
+        worker: DeviceWorker,
+    ) -> str | None:
+        """The device's compute processes and their shares, left on ``t``; counts them too.
+
+        A whole GPU in MIG mode lists its instances' processes as well, with their
+        instance ids: those are left to the instances, so nothing is counted twice.
+        """
+        if COMPUTE_PROCESSES.name in t.unsupported:
+            return None
+        worker.current = "compute processes"
+        res = self._nvml.call(self._m.nvmlDeviceGetComputeRunningProcesses, t.handle)
+        if not res.ok:
+            return self._outcome(t, COMPUTE_PROCESSES.name, res, unsupported)
+        values[PROCESSES.key] = len(res.value)
+        memory: dict[int, int | None] = {}
+        for info in res.value:
+            instance = getattr(info, "gpuInstanceId", None)
+            if not t.device.is_mig and instance is not None and instance != _NO_INSTANCE:
+                continue
+            pid, used = int(info.pid), info.usedGpuMemory
+            if pid not in memory:
+                memory[pid] = None if used is None else int(used)
+            elif used is not None:  # listed twice (several contexts): one process
+                memory[pid] = (memory[pid] or 0) + int(used)
+        shares, failure = self._read_shares(t, unsupported, worker)
+        if failure is not None:
+            return failure
+        idle = (0.0, 0.0, 0.0, 0.0)
+        t.process_utilization = shares is not None
+        t.processes = tuple(
+            ProcessUsage(pid, used, *(shares.get(pid, idle) if shares is not None
+                                      else (None, None, None, None)))
+            for pid, used in sorted(memory.items())
+        )
+        return None
+
+    def _read_shares(
+        self, t: _Tracked, unsupported: list[str], worker: DeviceWorker,
+    ) -> tuple[dict[int, tuple[float, float, float, float]] | None, str | None]:
+        """Per pid, (SM, memory controller, encoder, decoder) shares 0..1 since the last read.
+
+        NVML returns a sample per busy process per driver sampling period newer than
+        the timestamp passed; each process's samples are averaged, and a process
+        without any was idle (0). ``None``: the device gives no per-process utilization.
+        """
+        m = self._m
+        for what in _SHARE_CALLS:
+            func = getattr(m, what, None)
+            if func is None or what in t.unsupported:
+                continue
+            worker.current = what
+            res = self._nvml.call(func, t.handle, t.utilization_seen)
+            if res.code == getattr(m, "NVML_ERROR_NOT_FOUND", None):
+                return {}, None  # no process was busy since the last read
+            if not res.ok:
+                failure = self._outcome(t, what, res, unsupported)
+                if failure is not None or what not in t.unsupported:
+                    return None, failure
+                continue  # this driver lacks it: try the older call
+            totals: dict[int, list[float]] = {}
+            for row in res.value:
+                acc = totals.setdefault(int(row.pid), [0.0, 0.0, 0.0, 0.0, 0.0])
+                for i, value in enumerate((row.smUtil, row.memUtil, row.encUtil, row.decUtil)):
+                    acc[i] += float(value)
+                acc[4] += 1
+                t.utilization_seen = max(t.utilization_seen, int(row.timeStamp))
+            return {pid: (acc[0] / acc[4] / 100, acc[1] / acc[4] / 100, acc[2] / acc[4] / 100,
+                          acc[3] / acc[4] / 100) for pid, acc in totals.items()}, None
+        return None, None
+
+
+_NO_INSTANCE = 0xFFFFFFFF
+"""What NVML puts in a process's GPU instance id outside MIG mode."""
+_SHARE_CALLS = ("nvmlDeviceGetProcessesUtilizationInfo", "nvmlDeviceGetProcessUtilization")
+"""Per-process utilization, newest call first (the first arrived with R550)."""

@@ -37,7 +37,7 @@ Scenario YAML
         clock_event_reasons: VALUE        # bitmask
         fan_speed: VALUE         # percent
         fields: {TOTAL_ENERGY_CONSUMPTION: VALUE, 82: VALUE}
-        processes: [{pid: 4242, used_memory: VALUE}]
+        processes: [{pid: 4242, used_memory: VALUE, sm: VALUE, memory_util: VALUE}]
         unsupported: [nvmlDeviceGetFanSpeed, MEMORY_TEMP]
         no_permission: [nvmlDeviceGetComputeRunningProcesses_v3]
         errors: {nvmlDeviceGetPowerUsage: UNKNOWN}
@@ -46,6 +46,31 @@ Scenario YAML
         xid: [{sample: 2, code: 79}]
         mig_capable: true
         mig: [{profile: 1g.10gb, gpu_instance_id: 9, compute_instance_id: 0}]
+        gpm: {SM_UTIL: VALUE, ANY_TENSOR_UTIL: VALUE, PCIE_TX_PER_SEC: VALUE, busy: true}
+        power_limits: {current: VALUE, enforced: VALUE, default: VALUE, min: VALUE, max: VALUE}
+        performance_state: VALUE # P-state: 0..15, 32 unknown
+        max_clocks: {graphics: VALUE, sm: VALUE, memory: VALUE, video: VALUE}   # MHz
+        pcie: {generation: VALUE, max_generation: VALUE, width: VALUE, max_width: VALUE,
+               tx_throughput: VALUE, rx_throughput: VALUE}              # KB/s
+        violations: {power: VALUE, thermal: VALUE, sync_boost: VALUE, board_limit: VALUE,
+                     low_utilization: VALUE, reliability: VALUE}        # ns, cumulative
+        row_remap_histogram: {max: VALUE, high: VALUE, partial: VALUE, low: VALUE, none: VALUE}
+        nvlink:
+          all_links_scope: true  # default true
+          links: [{state: active, tx: VALUE, rx: VALUE, crc_flit: VALUE, crc_data: VALUE,
+                   replay: VALUE, recovery: VALUE, down_after: 5}, {state: inactive}]
+    node:                        # optional: the node's /proc and kubelet log trees
+      cgroup: v2                 # v1 | v2 (default v2)
+      driver: systemd            # systemd | cgroupfs (default systemd)
+      runtime: containerd        # containerd | crio | docker (default containerd)
+      host_pids: [1200]          # processes outside any pod
+      pods:
+        - namespace: ml          # required
+          name: train-0          # required
+          uid: 2f6a3c1e-...      # default: derived from scenario name, namespace, name
+          qos: burstable         # guaranteed | burstable | besteffort (default burstable)
+          containers:
+            - {name: main, id: <64 hex digits>, pids: [4242], cgroup: v1}
 
 Meaning of each key:
 
@@ -60,13 +85,23 @@ Meaning of each key:
   integer ids. A requested field not listed gets a per-entry
   ``NOT_SUPPORTED`` while the call itself succeeds. Integer values are
   reported as ``NVML_VALUE_TYPE_UNSIGNED_LONG_LONG`` (negative: signed),
-  others as ``NVML_VALUE_TYPE_DOUBLE``. The scope id of a request is ignored.
+  others as ``NVML_VALUE_TYPE_DOUBLE``. The scope id of a request is ignored
+  (but see ``nvlink`` for the NVLink fields).
 * ``processes``: ``pid`` is required; ``used_memory`` absent reports
   ``NVML_VALUE_NOT_AVAILABLE`` (pynvml turns it into None). Optional
   ``from_sample`` / ``until_sample`` (inclusive) bound when the process is
   listed, and ``positions: [0, 2]`` limits it to those GPUs of a ``count``
   entry. The parent GPU of MIG instances also lists the instances' processes,
   with their GPU/compute instance ids; its own have ``0xFFFFFFFF`` there.
+  ``sm``, ``memory_util``, ``encoder``, ``decoder`` (percent) are the process's
+  utilization samples: a process with any of them has one sample per sample
+  (the others 0) in ``nvmlDeviceGetProcessUtilization`` and
+  ``nvmlDeviceGetProcessesUtilizationInfo``, stamped ``sample`` seconds after a
+  fixed epoch, returned when newer than the caller's last-seen timestamp;
+  with no sample to return they answer ``NOT_FOUND``, as the driver does when
+  no process was busy. Both answer ``NOT_SUPPORTED`` on MIG handles and on a
+  GPU with MIG instances (NVML has no per-process utilization in MIG mode), so
+  MIG instance processes take none of these keys.
 * ``unsupported`` / ``no_permission`` / ``errors``: C symbol names (those in
   :data:`DEVICE_SYMBOLS`, or the ``device_symbols`` given to
   :func:`load_scenario`) make that call fail on this device with
@@ -88,7 +123,7 @@ Meaning of each key:
   ``nvmlDeviceGetMaxMigDeviceCount`` answers 7, empty slots ``NOT_FOUND``).
   Instance keys: ``profile`` and ``gpu_instance_id`` (required),
   ``compute_instance_id`` (default 0), ``uuid``, ``memory``, ``processes``,
-  ``unsupported``, ``no_permission``, ``errors``, and ``from_sample`` /
+  ``gpm``, ``unsupported``, ``no_permission``, ``errors``, and ``from_sample`` /
   ``until_sample`` (inclusive) for an instance created or destroyed at run
   time: outside them its slot answers ``NOT_FOUND`` and calls on its handle
   ``INVALID_ARGUMENT``, as after a MIG re-layout. The instance's name is
@@ -99,9 +134,71 @@ Meaning of each key:
   ``NOT_SUPPORTED``, as real NVML does. ``mig_capable: true`` without ``mig``
   reports MIG mode disabled; neither: ``nvmlDeviceGetMigMode`` is
   ``NOT_SUPPORTED``.
+  ``gi_profile_id`` and ``placement_start`` are what ``nvmlGpuInstanceGetInfo``
+  reports for the instance's GPU instance (found with
+  ``nvmlDeviceGetGpuInstanceById`` on the parent). By default the profile id
+  follows from the profile's slice count (1g: 19, 1g+me: 20, 2g: 14, 3g: 9,
+  4g: 5, 7g: 0, as on A100 and H100; give it for others, e.g. 15 for an
+  A100-80GB ``1g.20gb``) and the placement starts after the instances in the
+  slots before it (placement sizes 1, 2, 4, 4 and 8 memory slices).
+* ``gpm``: the GPU supports GPM profiling (Hopper and newer); absent,
+  ``nvmlGpmQueryDeviceSupport`` reports it unsupported (``isSupportedDevice``
+  0) and its sample calls answer ``NOT_SUPPORTED``, as before Hopper. Metric
+  keys are pynvml ``NVML_GPM_METRIC_<NAME>`` names without the prefix (or
+  integer ids), each a VALUE in NVML's unit (percent, or MiB/s for the
+  ``*_PER_SEC`` ones): ``nvmlGpmMetricsGet`` answers it for two samples taken
+  with ``nvmlGpmSampleGet``, valued at the collector sample of the later one;
+  a metric not listed answers ``NOT_SUPPORTED`` in its entry. ``unsupported:
+  true`` makes the support query say no; ``no_permission: true`` makes the
+  sample calls answer ``NO_PERMISSION``; ``busy: true`` (or ``{from_sample: A,
+  until_sample: B}``, inclusive, either optional) makes them answer
+  ``IN_USE``, as when another profiler holds the counters. Under a MIG
+  instance, ``gpm`` takes the same keys but ``unsupported`` and answers
+  ``nvmlGpmMigSampleGet`` for its GPU instance id (the GPU must have ``gpm``;
+  its ``busy`` / ``no_permission`` apply to its instances too); an instance
+  without it gets ``NOT_SUPPORTED`` for every metric.
+* ``power_limits`` (milliwatts) answer ``nvmlDeviceGetPowerManagementLimit``
+  (``current``), ``nvmlDeviceGetEnforcedPowerLimit``,
+  ``nvmlDeviceGetPowerManagementDefaultLimit`` and, when both ``min`` and
+  ``max`` are given, ``nvmlDeviceGetPowerManagementLimitConstraints``;
+  ``performance_state`` answers ``nvmlDeviceGetPerformanceState``;
+  ``max_clocks`` answers ``nvmlDeviceGetMaxClockInfo`` per clock type, as
+  ``clocks`` does ``nvmlDeviceGetClockInfo``.
+* ``pcie``: ``generation`` / ``max_generation`` / ``width`` / ``max_width``
+  answer ``nvmlDeviceGet{Curr,Max}PcieLink{Generation,Width}``, and
+  ``tx_throughput`` / ``rx_throughput`` (KB/s) ``nvmlDeviceGetPcieThroughput``.
+* ``violations``: ``nvmlDeviceGetViolationStatus`` for each
+  ``NVML_PERF_POLICY_*`` (lower-case, ``low_utilization`` for LOW_UTILIZATION):
+  ``violationTime`` in ns; ``referenceTime`` is a microsecond timestamp
+  advancing ten seconds per sample.
+* ``row_remap_histogram``: ``nvmlDeviceGetRowRemapperHistogram``, memory banks
+  per spare-row availability; a bucket not listed is 0.
+* ``nvlink``: the GPU's NVLink links, link id = position in ``links`` (at most
+  ``NVML_NVLINK_MAX_LINKS``). ``nvmlDeviceGetNvLinkState`` answers 1 for an
+  ``active`` link (the default) until its ``down_after`` sample, 0 after it or
+  for ``state: inactive``, and ``INVALID_ARGUMENT`` past the last link; without
+  ``nvlink`` it answers ``NOT_SUPPORTED``. Each link's counters (KiB for
+  ``tx`` / ``rx``, absent: 0) answer the fields NVLINK_THROUGHPUT_DATA_TX / _RX
+  at that link's scope, and their sum over every link at scope UINT_MAX (unless
+  ``all_links_scope: false``: then ``INVALID_ARGUMENT``, as on drivers without
+  it); a scope past the last link is ``INVALID_ARGUMENT``. The error counters
+  answer NVLINK_{CRC_FLIT,CRC_DATA,REPLAY,RECOVERY}_ERROR_COUNT_TOTAL (all
+  links summed, scope unused) and ``nvmlDeviceGetNvLinkErrorCounter`` per link.
+  These fields cannot also be listed in ``fields``.
 * ``uuid``, ``pci_bus_id``, ``serial`` and ``minor_number`` (and MIG
   ``uuid``) are not allowed with ``count`` > 1. UUIDs and bus ids must be
   unique.
+* ``node``: what :mod:`otel_gpu.sim.node` writes under a directory for process
+  usage: ``proc/<pid>/cgroup`` for every pid listed (a pod's containers, in the
+  cgroup layout of ``cgroup`` / ``driver`` / ``runtime``, set for the node and
+  overridable per container; ``host_pids`` under ``/system.slice``), and the
+  kubelet's ``var/log/pods/<namespace>_<name>_<uid>/<container>/0.log`` and
+  ``var/log/containers/<name>_<namespace>_<container>-<id>.log`` (a relative
+  link to the former). Names are lowercase DNS names; ``uid`` is a UUID (or 32
+  hex digits, as a static pod's); ``id`` is 64 lowercase hex digits (default:
+  derived from the uid and container name). Pids, uids, container ids and
+  (namespace, name) pairs must be unique. A device process whose pid the node
+  does not list has no ``/proc`` entry, like one that exited.
 
 VALUE is a number (constant); ``{start: S, step: D, per_device: P}`` (only
 ``start`` required), worth ``S + P*k + D*max(n-1, 0)`` at sample n for the
@@ -115,6 +212,7 @@ or function name raises :class:`ScenarioError` naming the file and key path.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid as uuidlib
 from collections.abc import Collection, Iterator, Mapping
@@ -190,6 +288,25 @@ DEVICE_SYMBOLS = MIG_SYMBOLS | frozenset({
     "nvmlDeviceGetCurrentClocksEventReasons",
     "nvmlDeviceGetFanSpeed",
     "nvmlDeviceRegisterEvents",
+    "nvmlDeviceGetGpuInstanceById",
+    "nvmlDeviceGetVbiosVersion",
+    "nvmlDeviceGetProcessUtilization",
+    "nvmlDeviceGetProcessesUtilizationInfo",
+    "nvmlDeviceGetPowerManagementLimit",
+    "nvmlDeviceGetEnforcedPowerLimit",
+    "nvmlDeviceGetPowerManagementDefaultLimit",
+    "nvmlDeviceGetPowerManagementLimitConstraints",
+    "nvmlDeviceGetPerformanceState",
+    "nvmlDeviceGetMaxClockInfo",
+    "nvmlDeviceGetViolationStatus",
+    "nvmlDeviceGetCurrPcieLinkGeneration",
+    "nvmlDeviceGetMaxPcieLinkGeneration",
+    "nvmlDeviceGetCurrPcieLinkWidth",
+    "nvmlDeviceGetMaxPcieLinkWidth",
+    "nvmlDeviceGetPcieThroughput",
+    "nvmlDeviceGetRowRemapperHistogram",
+    "nvmlDeviceGetNvLinkState",
+    "nvmlDeviceGetNvLinkErrorCounter",
 })
 """Symbols a device's ``unsupported`` / ``no_permission`` / ``errors`` / ``slow`` may name.
 
@@ -253,6 +370,15 @@ class Process:
     used_memory: Value | None = None
     from_sample: int = 0
     until_sample: int | None = None
+    sm: Value | None = None
+    memory_util: Value | None = None
+    encoder: Value | None = None
+    decoder: Value | None = None
+
+    @property
+    def utilization(self) -> tuple[Value | None, Value | None, Value | None, Value | None]:
+        """(sm, memory_util, encoder, decoder): all ``None`` for a process never busy."""
+        return self.sm, self.memory_util, self.encoder, self.decoder
 
     def listed_at(self, sample: int) -> bool:
         return sample >= self.from_sample and (
@@ -284,6 +410,23 @@ class Xid:
 
 
 @dataclass(frozen=True)
+class Gpm:
+    """A device's GPM answers: metric id -> VALUE in NVML's unit, and its faults."""
+
+    metrics: Mapping[int, Value] = field(default_factory=_empty)
+    unsupported: bool = False
+    no_permission: bool = False
+    busy: tuple[int, int | None] | None = None
+    """``(from_sample, until_sample)``, inclusive: sample calls answer IN_USE then."""
+
+    def busy_at(self, sample: int) -> bool:
+        if self.busy is None:
+            return False
+        start, end = self.busy
+        return sample >= start and (end is None or sample <= end)
+
+
+@dataclass(frozen=True)
 class MigSpec:
     slot: int
     profile: str
@@ -296,11 +439,73 @@ class MigSpec:
     faults: Faults = Faults()
     from_sample: int = 0
     until_sample: int | None = None
+    gpm: Gpm | None = None
+    gi_profile_id: int | None = None
+    """``None``: derived from ``profile`` (see ``sim.driver.mig``)."""
+    placement_start: int | None = None
+    """``None``: after the instances in the slots before it."""
 
     def exists_at(self, sample: int) -> bool:
         """Whether the instance exists during sample ``sample`` (a re-layout moves it)."""
         return sample >= self.from_sample and (
             self.until_sample is None or sample <= self.until_sample)
+
+
+POWER_LIMITS = ("current", "enforced", "default", "min", "max")
+"""Scenario ``power_limits`` keys."""
+PCIE_KEYS = ("generation", "max_generation", "width", "max_width", "tx_throughput",
+             "rx_throughput")
+"""Scenario ``pcie`` keys."""
+VIOLATION_POLICIES = {
+    "power": pynvml.NVML_PERF_POLICY_POWER,
+    "thermal": pynvml.NVML_PERF_POLICY_THERMAL,
+    "sync_boost": pynvml.NVML_PERF_POLICY_SYNC_BOOST,
+    "board_limit": pynvml.NVML_PERF_POLICY_BOARD_LIMIT,
+    "low_utilization": pynvml.NVML_PERF_POLICY_LOW_UTILIZATION,
+    "reliability": pynvml.NVML_PERF_POLICY_RELIABILITY,
+}
+"""Scenario ``violations`` keys and the NVML policy each one answers for."""
+ROW_REMAP_BUCKETS = ("max", "high", "partial", "low", "none")
+"""Scenario ``row_remap_histogram`` keys (the struct's fields)."""
+NVLINK_COUNTERS = ("tx", "rx", "crc_flit", "crc_data", "replay", "recovery")
+"""An NVLink link's counters: data KiB sent and received, and its error counts."""
+NVLINK_FIELDS = {
+    pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: "tx",
+    pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: "rx",
+    pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL: "crc_flit",
+    pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL: "crc_data",
+    pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL: "replay",
+    pynvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL: "recovery",
+}
+"""The fields ``nvlink`` answers: field id -> the link counter behind it."""
+
+
+@dataclass(frozen=True)
+class NvLinkSpec:
+    """One NVLink link: whether it is up, and its counters (absent: 0)."""
+
+    active: bool = True
+    down_after: int | None = None
+    counters: Mapping[str, Value] = field(default_factory=_empty)
+
+    def active_at(self, sample: int) -> bool:
+        return self.active and (self.down_after is None or sample <= self.down_after)
+
+    def counter(self, name: str, sample: int, k: int) -> int:
+        value = self.counters.get(name)
+        return 0 if value is None else clamp(value.at(sample, k), U64_MAX)
+
+
+@dataclass(frozen=True)
+class NvLinks:
+    """A GPU's NVLink links, link id = position."""
+
+    links: tuple[NvLinkSpec, ...] = ()
+    all_links_scope: bool = True
+    """Whether the field scope UINT_MAX answers the sum over every link."""
+
+    def total(self, name: str, sample: int, k: int) -> int:
+        return min(sum(link.counter(name, sample, k) for link in self.links), U64_MAX)
 
 
 @dataclass(frozen=True)
@@ -331,9 +536,54 @@ class GpuSpec:
     xid: tuple[Xid, ...] = ()
     mig_capable: bool = False
     mig: tuple[MigSpec, ...] = ()
+    gpm: Gpm | None = None
+    power_limits: Mapping[str, Value] = field(default_factory=_empty)
+    performance_state: Value | None = None
+    max_clocks: Mapping[str, Value] = field(default_factory=_empty)
+    pcie: Mapping[str, Value] = field(default_factory=_empty)
+    violations: Mapping[str, Value] = field(default_factory=_empty)
+    row_remap_histogram: Mapping[str, Value] = field(default_factory=_empty)
+    nvlink: NvLinks | None = None
 
     def lost_at(self, sample: int) -> bool:
         return self.lost_after is not None and sample > self.lost_after
+
+
+CGROUP_VERSIONS = ("v1", "v2")
+CGROUP_DRIVERS = ("systemd", "cgroupfs")
+RUNTIMES = ("containerd", "crio", "docker")
+QOS_CLASSES = ("guaranteed", "burstable", "besteffort")
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """A container of a fake node's pod: its id, its processes and its cgroup layout."""
+
+    name: str
+    id: str
+    pids: tuple[int, ...] = ()
+    cgroup: str = "v2"
+    driver: str = "systemd"
+    runtime: str = "containerd"
+
+
+@dataclass(frozen=True)
+class PodSpec:
+    namespace: str
+    name: str
+    uid: str
+    qos: str = "burstable"
+    containers: tuple[ContainerSpec, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """The scenario's ``node``: what :mod:`otel_gpu.sim.node` writes."""
+
+    pods: tuple[PodSpec, ...] = ()
+    host_pids: tuple[int, ...] = ()
+    cgroup: str = "v2"
+    """The node's cgroup version (the host processes' layout)."""
 
 
 @dataclass(frozen=True)
@@ -346,6 +596,8 @@ class Scenario:
     """System-level injected errors (top-level ``errors``)."""
     source: str = ""
     """Where it was loaded from: a profile name or the path given."""
+    node: NodeSpec | None = None
+    """The scenario's ``node`` section, if any."""
 
 
 # --- loading ----------------------------------------------------------------------------
@@ -420,12 +672,29 @@ def _field_id(key: Any) -> int | None:
     return None
 
 
+def _gpm_metric_id(key: Any) -> int | None:
+    """A GPM metric's id from its scenario spelling, or None when it names no metric."""
+    if isinstance(key, int) and not isinstance(key, bool):
+        return key if 0 < key < pynvml.NVML_GPM_METRIC_MAX else None
+    if not isinstance(key, str) or key == "MAX":
+        return None
+    value = getattr(pynvml, "NVML_GPM_METRIC_" + key, None)
+    return value if isinstance(value, int) else None
+
+
 def _error_code(name: Any) -> int | None:
     if not isinstance(name, str):
         return None
     value = getattr(pynvml, "NVML_ERROR_" + name, None)
     return value if isinstance(value, int) else None
 
+
+_PROCESS_SHARES = ("sm", "memory_util", "encoder", "decoder")
+"""Scenario keys of a process's utilization samples, in percent."""
+_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+_POD_UID = re.compile(r"^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+                      r"|[0-9a-f]{32})$")
+_CONTAINER_ID = re.compile(r"^[0-9a-f]{64}$")
 
 _BUS_ID = re.compile(r"^(?:([0-9A-Fa-f]{8})|([0-9A-Fa-f]{4})):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})"
                      r"\.([0-7])$")
@@ -434,13 +703,16 @@ _BUS_ID = re.compile(r"^(?:([0-9A-Fa-f]{8})|([0-9A-Fa-f]{4})):([0-9A-Fa-f]{2}):(
 class _Parser:
     """Turns the YAML tree into a :class:`Scenario`, failing on the first problem."""
 
-    _TOP = ("name", "driver_version", "nvml_version", "errors", "devices")
+    _TOP = ("name", "driver_version", "nvml_version", "errors", "devices", "node")
     _GPU = ("name", "count", "uuid", "pci_bus_id", "pci_device_id", "minor_number", "serial",
             "numa_node", "memory", "utilization", "temperature", "power", "clocks",
             "clock_event_reasons", "fan_speed", "fields", "processes", "unsupported",
-            "no_permission", "errors", "lost_after", "slow", "xid", "mig_capable", "mig")
+            "no_permission", "errors", "lost_after", "slow", "xid", "mig_capable", "mig", "gpm",
+            "power_limits", "performance_state", "max_clocks", "pcie", "violations",
+            "row_remap_histogram", "nvlink")
     _MIG = ("profile", "gpu_instance_id", "compute_instance_id", "uuid", "memory", "processes",
-            "unsupported", "no_permission", "errors", "from_sample", "until_sample")
+            "unsupported", "no_permission", "errors", "from_sample", "until_sample", "gpm",
+            "gi_profile_id", "placement_start")
     _ONLY_SINGLE = ("uuid", "pci_bus_id", "serial", "minor_number")
 
     def __init__(self, label: str, default_name: str,
@@ -555,11 +827,18 @@ class _Parser:
             out[fid] = self.value(f"{path}.{key}", value)
         return MappingProxyType(out)
 
-    def processes(self, path: str, raw: Any, count: int) -> list[tuple[Process, tuple | None]]:
+    def processes(self, path: str, raw: Any, count: int,
+                  utilization: bool = True) -> list[tuple[Process, tuple | None]]:
         out = []
         for i, item in enumerate(self.sequence(path, raw)):
             p = f"{path}[{i}]"
-            allowed = ("pid", "used_memory", "from_sample", "until_sample", "positions")
+            shares = _PROCESS_SHARES if utilization else ()
+            allowed = ("pid", "used_memory", "from_sample", "until_sample", *shares, "positions")
+            if not utilization and isinstance(item, dict):
+                for key in _PROCESS_SHARES:
+                    if key in item:
+                        self.fail(f"{p}.{key}", "NVML has no per-process utilization on MIG "
+                                                "instances (only used_memory)")
             self.mapping(p, item, allowed if count else allowed[:-1], required=("pid",))
             positions = None
             if "positions" in item:
@@ -573,6 +852,7 @@ class _Parser:
                 used_memory=self.opt_value(p, item, "used_memory"),
                 from_sample=self.integer(f"{p}.from_sample", item.get("from_sample", 0)),
                 until_sample=None if until is None else self.integer(f"{p}.until_sample", until),
+                **{key: self.opt_value(p, item, key) for key in shares},
             )
             out.append((proc, positions))
         return out
@@ -658,8 +938,9 @@ class _Parser:
                 pending.append((f"devices[{i}]", gpu, explicit))
                 index += 1
         devices = tuple(self.identify(name, path, gpu, explicit) for path, gpu, explicit in pending)
+        node = self.node("node", top["node"], name) if "node" in top else None
         return Scenario(name=name, driver_version=driver, devices=devices, nvml_version=nvml,
-                        faults=faults)
+                        faults=faults, node=node)
 
     def gpu_entry(self, path: str, raw: Any, first_index: int) -> Iterator[tuple[GpuSpec, dict]]:
         self.mapping(path, raw, self._GPU, required=("name",))
@@ -720,6 +1001,20 @@ class _Parser:
             slow=self.slow(f"{path}.slow", raw.get("slow", [])),
             xid=self.xid(f"{path}.xid", raw.get("xid", [])),
             mig_capable=bool(mig_capable) or bool(mig_raw),
+            gpm=self.gpm(f"{path}.gpm", raw["gpm"]) if "gpm" in raw else None,
+            power_limits=self.values(f"{path}.power_limits", raw.get("power_limits", {}),
+                                     POWER_LIMITS),
+            performance_state=self.opt_value(path, raw, "performance_state"),
+            max_clocks=self.values(f"{path}.max_clocks", raw.get("max_clocks", {}),
+                                   tuple(CLOCKS)),
+            pcie=self.values(f"{path}.pcie", raw.get("pcie", {}), PCIE_KEYS),
+            violations=self.values(f"{path}.violations", raw.get("violations", {}),
+                                   tuple(VIOLATION_POLICIES)),
+            row_remap_histogram=self.values(f"{path}.row_remap_histogram",
+                                            raw.get("row_remap_histogram", {}),
+                                            ROW_REMAP_BUCKETS),
+            nvlink=self.nvlink(f"{path}.nvlink", raw["nvlink"], raw.get("fields", {}))
+            if "nvlink" in raw else None,
         )
         for k in range(count):
             gpu = replace(
@@ -729,6 +1024,153 @@ class _Parser:
                 processes=tuple(p for p, pos in processes if pos is None or k in pos),
             )
             yield gpu, {**explicit, "mig": mig_raw}
+
+    # the node's /proc and kubelet log trees
+
+    def choice(self, path: str, raw: Any, allowed: tuple[str, ...]) -> str:
+        if raw not in allowed:
+            self.fail(path, f"expected one of {', '.join(allowed)}, got {_show(raw)}")
+        return raw
+
+    def k8s_name(self, path: str, raw: Any) -> str:
+        text = self.string(path, raw)
+        if len(text) > 253 or not _K8S_NAME.match(text):
+            self.fail(path, f"expected a lowercase DNS name (a-z, 0-9, '-', '.'), "
+                            f"got {_show(raw)}")
+        return text
+
+    def node(self, path: str, raw: Any, scenario: str) -> NodeSpec:
+        self.mapping(path, raw, ("cgroup", "driver", "runtime", "host_pids", "pods"))
+        layout = {
+            "cgroup": self.choice(f"{path}.cgroup", raw.get("cgroup", "v2"), CGROUP_VERSIONS),
+            "driver": self.choice(f"{path}.driver", raw.get("driver", "systemd"),
+                                  CGROUP_DRIVERS),
+            "runtime": self.choice(f"{path}.runtime", raw.get("runtime", "containerd"),
+                                   RUNTIMES),
+        }
+        pids: dict[int, str] = {}
+
+        def claim_pids(p: str, items: Any) -> tuple[int, ...]:
+            out = []
+            for j, v in enumerate(self.sequence(p, items)):
+                pid = self.integer(f"{p}[{j}]", v, minimum=1, maximum=U32_MAX)
+                if pid in pids:
+                    self.fail(f"{p}[{j}]", f"pid {pid} is also listed at {pids[pid]}")
+                pids[pid] = f"{p}[{j}]"
+                out.append(pid)
+            return tuple(out)
+
+        host = claim_pids(f"{path}.host_pids", raw.get("host_pids", []))
+        pods: list[PodSpec] = []
+        seen: dict[Any, str] = {}
+
+        def unique(p: str, key: Any, what: str) -> None:
+            if key in seen:
+                self.fail(p, f"duplicate {what} (also {seen[key]})")
+            seen[key] = p
+
+        for i, item in enumerate(self.sequence(f"{path}.pods", raw.get("pods", []))):
+            p = f"{path}.pods[{i}]"
+            self.mapping(p, item, ("namespace", "name", "uid", "qos", "containers"),
+                         required=("namespace", "name"))
+            namespace = self.k8s_name(f"{p}.namespace", item["namespace"])
+            name = self.k8s_name(f"{p}.name", item["name"])
+            unique(p, ("pod", namespace, name), f"pod {namespace}/{name}")
+            if "uid" in item:
+                uid = self.string(f"{p}.uid", item["uid"])
+                if not _POD_UID.match(uid):
+                    self.fail(f"{p}.uid", f"expected a pod UID (a lowercase UUID, or 32 hex "
+                                          f"digits for a static pod), got {_show(uid)}")
+            else:
+                uid = str(uuidlib.uuid5(_UUID_NAMESPACE, f"{scenario}/{namespace}/{name}"))
+            unique(f"{p}.uid", ("uid", uid), f"pod uid {uid}")
+            containers = []
+            for j, c in enumerate(self.sequence(f"{p}.containers", item.get("containers", []))):
+                cp = f"{p}.containers[{j}]"
+                self.mapping(cp, c, ("name", "id", "pids", *layout), required=("name",))
+                cname = self.k8s_name(f"{cp}.name", c["name"])
+                unique(cp, ("container", uid, cname), f"container {cname}")
+                if "id" in c:
+                    cid = self.string(f"{cp}.id", c["id"])
+                    if not _CONTAINER_ID.match(cid):
+                        self.fail(f"{cp}.id", f"expected 64 lowercase hex digits, got {_show(cid)}")
+                else:
+                    cid = hashlib.sha256(f"{uid}/{cname}".encode()).hexdigest()
+                unique(f"{cp}.id", ("id", cid), f"container id {cid}")
+                containers.append(ContainerSpec(
+                    name=cname, id=cid, pids=claim_pids(f"{cp}.pids", c.get("pids", [])),
+                    cgroup=self.choice(f"{cp}.cgroup", c.get("cgroup", layout["cgroup"]),
+                                       CGROUP_VERSIONS),
+                    driver=self.choice(f"{cp}.driver", c.get("driver", layout["driver"]),
+                                       CGROUP_DRIVERS),
+                    runtime=self.choice(f"{cp}.runtime", c.get("runtime", layout["runtime"]),
+                                        RUNTIMES),
+                ))
+            pods.append(PodSpec(namespace, name, uid,
+                                self.choice(f"{p}.qos", item.get("qos", "burstable"), QOS_CLASSES),
+                                tuple(containers)))
+        return NodeSpec(tuple(pods), host, layout["cgroup"])
+
+    def nvlink(self, path: str, raw: Any, fields: Any) -> NvLinks:
+        self.mapping(path, raw, ("links", "all_links_scope"), required=("links",))
+        for key in fields if isinstance(fields, dict) else ():
+            if _field_id(key) in NVLINK_FIELDS:
+                self.fail(f"{path[:-len('.nvlink')]}.fields.{key}",
+                          "an NVLink field is given per link, in nvlink.links")
+        items = self.sequence(f"{path}.links", raw["links"])
+        if len(items) > pynvml.NVML_NVLINK_MAX_LINKS:
+            self.fail(f"{path}.links", f"at most {pynvml.NVML_NVLINK_MAX_LINKS} links")
+        links = []
+        for i, item in enumerate(items):
+            p = f"{path}.links[{i}]"
+            self.mapping(p, item, ("state", "down_after", *NVLINK_COUNTERS))
+            state = item.get("state", "active")
+            if state not in ("active", "inactive"):
+                self.fail(f"{p}.state", f"expected active or inactive, got {_show(state)}")
+            links.append(NvLinkSpec(
+                active=state == "active",
+                down_after=(self.integer(f"{p}.down_after", item["down_after"])
+                            if "down_after" in item else None),
+                counters=MappingProxyType({k: self.value(f"{p}.{k}", item[k])
+                                           for k in NVLINK_COUNTERS if k in item}),
+            ))
+        return NvLinks(
+            links=tuple(links),
+            all_links_scope=self.boolean(f"{path}.all_links_scope",
+                                         raw.get("all_links_scope", True)),
+        )
+
+    def gpm(self, path: str, raw: Any, mig: bool = False) -> Gpm:
+        if not isinstance(raw, dict):
+            self.fail(path, f"expected a mapping of GPM metric name to value, got {_show(raw)}")
+        flags = ("no_permission", "busy") if mig else ("unsupported", "no_permission", "busy")
+        metrics: dict[int, Value] = {}
+        for key, value in raw.items():
+            p = f"{path}.{key}"
+            if key in flags:
+                continue
+            metric = _gpm_metric_id(key)
+            if metric is None:
+                self.fail(p, "unknown key (expected a pynvml NVML_GPM_METRIC_<NAME> without the "
+                             f"prefix, an id, or one of: {', '.join(flags)})")
+            if metric in metrics:
+                self.fail(p, f"GPM metric {metric} is listed twice")
+            metrics[metric] = self.value(p, value)
+        busy: tuple[int, int | None] | None = None
+        raw_busy = raw.get("busy", False)
+        if isinstance(raw_busy, dict):
+            self.mapping(f"{path}.busy", raw_busy, ("from_sample", "until_sample"))
+            until = raw_busy.get("until_sample")
+            busy = (self.integer(f"{path}.busy.from_sample", raw_busy.get("from_sample", 0)),
+                    None if until is None else self.integer(f"{path}.busy.until_sample", until))
+        elif self.boolean(f"{path}.busy", raw_busy):
+            busy = (0, None)
+        return Gpm(
+            metrics=MappingProxyType(metrics),
+            unsupported=self.boolean(f"{path}.unsupported", raw.get("unsupported", False)),
+            no_permission=self.boolean(f"{path}.no_permission", raw.get("no_permission", False)),
+            busy=busy,
+        )
 
     def slow(self, path: str, raw: Any) -> tuple[Slow, ...]:
         out = []
@@ -812,15 +1254,23 @@ class _Parser:
             name=f"{gpu.name} MIG {profile}",
             uuid=uuid,
             gpu_instance_id=self.integer(f"{path}.gpu_instance_id", raw["gpu_instance_id"]),
+            gi_profile_id=(self.integer(f"{path}.gi_profile_id", raw["gi_profile_id"],
+                                        maximum=U32_MAX)
+                           if "gi_profile_id" in raw else None),
+            placement_start=(self.integer(f"{path}.placement_start",
+                                          raw["placement_start"], maximum=U32_MAX)
+                             if "placement_start" in raw else None),
             compute_instance_id=self.integer(f"{path}.compute_instance_id",
                                              raw.get("compute_instance_id", 0)),
             memory=self.memory(f"{path}.memory", raw["memory"]) if "memory" in raw else None,
             processes=tuple(p for p, _ in self.processes(f"{path}.processes",
-                                                          raw.get("processes", []), 0)),
+                                                          raw.get("processes", []), 0,
+                                                          utilization=False)),
             faults=self.faults(path, raw, MIG_SYMBOLS, allow_fields=False),
             from_sample=self.integer(f"{path}.from_sample", raw.get("from_sample", 0)),
             until_sample=(self.integer(f"{path}.until_sample", raw["until_sample"])
                           if "until_sample" in raw else None),
+            gpm=self.gpm(f"{path}.gpm", raw["gpm"], mig=True) if "gpm" in raw else None,
         )
 
 

@@ -18,7 +18,8 @@ from tests.support.process import run_cli, wait_until
 
 GOLDEN = Path(__file__).parent / "golden"
 DEFAULT_CSV = Path(__file__).parents[1] / "naming" / "fixtures" / "dcgm-default-counters.csv"
-DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname",
+COMPAT_CSV = DEFAULT_CSV.with_name("dcgm-1x-compatibility.csv")
+DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "hostname",
                "DCGM_FI_DRIVER_VERSION"}
 # What promtool's linter says about dcgm-exporter's own names, which the profile
 # must keep: camelCase labels (UUID, modelName, Hostname, ...) and counters
@@ -53,7 +54,7 @@ def test_dcgm_profile_serves_dcgm_exporters_names_units_and_labels(collector):
     for uuid, want in expected.items():
         labels, temp = by_uuid("DCGM_FI_DEV_GPU_TEMP")[uuid]
         assert set(labels) == DCGM_LABELS
-        assert labels["Hostname"] == "gpu-node-1"
+        assert labels["hostname"] == "gpu-node-1"
         assert labels["modelName"] == "NVIDIA H100 80GB HBM3"
         assert labels["device"] == f"nvidia{labels['gpu']}"
         assert temp == want["temp"]
@@ -80,10 +81,14 @@ def test_three_profiles_from_one_sample(collector, kubelet):
     ((labels, used),) = series(text, "container_accelerator_memory_used_bytes")
     assert labels == {"container": "main", "namespace": "default", "pod": "train",
                       "make": "nvidia", "model": "NVIDIA H100 80GB HBM3", "acc_id": uuids[5]}
-    assert used == otel[uuids[5]]
+    # the kubelet's (v1) used counts the driver's reservation; its total is the physical one
+    reserved = {lab["hw_id"]: v for lab, v in series(text, "nvidia_gpu_memory_reserved_bytes")}
+    assert reserved[uuids[5]] > 0
+    assert used == otel[uuids[5]] + reserved[uuids[5]]
     ((_, total),) = series(text, "container_accelerator_memory_total_bytes")
+    limit = {lab["hw_id"]: v for lab, v in series(text, "hw_gpu_memory_limit_bytes")}
     free = {lab["hw_id"]: v for lab, v in series(text, "nvidia_gpu_memory_free_bytes")}
-    assert total == used + free[uuids[5]]
+    assert total == limit[uuids[5]] == used + free[uuids[5]]
     ((_, duty),) = series(text, "container_accelerator_duty_cycle")
     util = series(text, "hw_gpu_utilization", hw_id=uuids[5], hw_gpu_task="general")[0][1]
     assert duty == pytest.approx(100 * util)
@@ -93,7 +98,8 @@ def test_default_counters_file_and_what_cannot_be_exported(collector):
     proc = collector("--simulate", "t4", "--naming", "dcgm", "-f", str(DEFAULT_CSV))
     text = _wait_for(proc, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
     assert series(text, "DCGM_FI_DEV_GPU_TEMP")
-    assert series(text, "DCGM_FI_DEV_FB_RESERVED") == []  # not in that file
+    assert series(text, "DCGM_FI_DEV_FB_RESERVED")  # in the current file
+    assert series(text, "DCGM_FI_DEV_FB_TOTAL") == []  # not in that file
     lines = [ln for ln in proc.lines if "DCGM_FI_DEV_VGPU_LICENSE_STATUS" in ln]
     assert len(lines) == 1 and "vGPU guest" in lines[0]
 
@@ -208,3 +214,36 @@ def test_golden_otel_exposition(collector, kubelet, scenario):
         path.parent.mkdir(exist_ok=True)
         path.write_text(text)
     assert text == path.read_text(), f"{path.name} differs; UPDATE_GOLDEN=1 rewrites it"
+
+
+# --- dcgm-exporter's 1.x names and its MIG default ------------------------------------
+
+
+def test_the_1x_compatibility_counters_file_is_served_under_its_names(collector):
+    proc = collector("--simulate", "h100x8", "--naming", "dcgm", "-f", str(COMPAT_CSV),
+                     interval="1h")
+    text = _wait_for(proc, "dcgm_gpu_temp")
+    expected = first_sample_values("h100x8")
+    temps = {lab["UUID"]: v for lab, v in series(text, "dcgm_gpu_temp")}
+    assert temps == {uuid: want["temp"] for uuid, want in expected.items()}
+    used = {lab["UUID"]: v for lab, v in series(text, "dcgm_fb_used")}
+    assert used == pytest.approx({uuid: want["used"] / 2**20 for uuid, want in expected.items()})
+    for name in ("dcgm_sm_clock", "dcgm_memory_clock", "dcgm_power_usage",
+                 "dcgm_total_energy_consumption", "dcgm_gpu_utilization", "dcgm_xid_errors"):
+        assert len(series(text, name)) == 8, name
+    assert "DCGM_FI_DEV_GPU_TEMP" not in text
+    assert text.count("# TYPE dcgm_fi_prof_pcie_tx_bytes ") <= 1  # listed twice, served once
+    assert proc.proc.poll() is None  # nothing in the file stops it
+
+
+def test_a_mig_gpus_memory_is_counted_once(collector):
+    proc = collector("--simulate", "a100-mig", "--naming", "otel,dcgm", interval="1h")
+    text = _wait_for(proc, "DCGM_FI_DEV_FB_USED")
+    otel = series(text, "hw_gpu_memory_usage_bytes")
+    parents = {lab["hw_parent"] for lab, _ in otel if lab.get("hw_parent")}
+    # the MIG GPU's memory is its instances': count those, and the whole GPUs
+    counted = sum(v for lab, v in otel if lab["hw_id"] not in parents)
+    dcgm = series(text, "DCGM_FI_DEV_FB_USED")
+    assert sum(v for _, v in dcgm) == pytest.approx(counted / 2**20)
+    assert len(dcgm) == len(otel) - len(parents)
+    assert all("GPU_I_ID" in lab for lab, _ in dcgm if lab["UUID"] in parents)

@@ -395,3 +395,31 @@ def test_attribution_is_immutable(node_devices) -> None:
         att._holders[GPU0] = ()  # type: ignore[index]
     assert isinstance(att.allocations(), tuple)
     assert AllocatableDevice(GPU, GPU0, ()) == (GPU, GPU0, ())
+
+
+def test_dra_claims_on_seven_identical_mig_instances() -> None:
+    """Seven 1g.10gb instances on one H100, each claimed through DRA by its own pod:
+    the names differ only in placement, which discovery records for each instance."""
+    from dataclasses import replace
+
+    from tests.support.snapshots import mig_device
+
+    gpu = gpu_device(GPU0, 0, model="NVIDIA H100 80GB HBM3")
+    migs = [
+        replace(mig_device(f"MIG-00000000-0000-0000-0000-{i:012d}", gpu, gi=7 + i,
+                           profile="1g.10gb"),
+                gpu_instance_profile_id=19, placement_start=6 - i)
+        for i in range(7)
+    ]
+    st = state_of(*(
+        pod(f"p{m.placement_start}",
+            container("main", claims=[claim("c", claim_device(
+                f"gpu-0-mig-1g10gb-19-{m.placement_start}"))]))
+        for m in migs
+    ))
+    att = attribute([gpu, *migs], st)
+    dra = "gpu.nvidia.com"
+    assert att.unresolved == ()
+    for m in migs:
+        assert att.exclusive_owner(m.uuid) == h(f"p{m.placement_start}", resource=dra)
+    assert att.exclusive_owner(GPU0) is None

@@ -88,15 +88,26 @@ def test_shared_and_share() -> None:
     [
         ("gpu-0", DeviceRef(DRA_GPU, minor=0, dra_index=0)),
         ("gpu-13", DeviceRef(DRA_GPU, minor=13, dra_index=13)),
-        ("gpu-0-mig-9-4-0", DeviceRef(DRA_MIG, minor=0, dra_index=0)),
+        # earlier releases: profile id, placement start, placement size
+        ("gpu-0-mig-9-4-4",
+         DeviceRef(DRA_MIG, minor=0, dra_index=0, gi_profile_id=9, placement_start=4)),
+        # current releases: profile, profile id, placement start
         (
             "gpu-1-mig-1g5gb-19-0",
-            DeviceRef(DRA_MIG, minor=1, dra_index=1, mig_profile="1g5gb"),
+            DeviceRef(DRA_MIG, minor=1, dra_index=1, mig_profile="1g5gb", gi_profile_id=19,
+                      placement_start=0),
         ),
         (
             "gpu-1-mig-3g20gb-0-4",
-            DeviceRef(DRA_MIG, minor=1, dra_index=1, mig_profile="3g20gb"),
+            DeviceRef(DRA_MIG, minor=1, dra_index=1, mig_profile="3g20gb", gi_profile_id=0,
+                      placement_start=4),
         ),
+        (
+            "gpu-0-mig-1g10gb-me-20-6",
+            DeviceRef(DRA_MIG, minor=0, dra_index=0, mig_profile="1g10gb-me", gi_profile_id=20,
+                      placement_start=6),
+        ),
+        ("gpu-2-mig-1g10gb", DeviceRef(DRA_MIG, minor=2, dra_index=2, mig_profile="1g10gb")),
     ],
 )
 def test_parse_dra(name: str, expected: DeviceRef) -> None:
@@ -197,3 +208,82 @@ def test_resource_filter_defaults_and_extras() -> None:
     assert g.accepts_resource("acme.io/gpu-large")
     assert g.accepts_resource("nvidia.com/gpu")
     assert g.accepts_driver("compute-domain.nvidia.com")
+
+
+# --- DRA MIG names resolved by GPU-instance profile id and placement ----------------------
+
+SEVEN_1G = """
+    devices:
+      - name: NVIDIA H100 80GB HBM3
+        memory: {total: 85520809984, used: 1048576}
+        mig:
+          - {profile: 1g.10gb, gpu_instance_id: 9}
+          - {profile: 1g.10gb, gpu_instance_id: 10}
+          - {profile: 1g.10gb, gpu_instance_id: 11}
+          - {profile: 1g.10gb, gpu_instance_id: 12}
+          - {profile: 1g.10gb, gpu_instance_id: 13}
+          - {profile: 1g.10gb, gpu_instance_id: 14}
+          - {profile: 1g.10gb, gpu_instance_id: 7}
+"""
+
+
+def _discovered(fake_nvml, spec: str) -> list:
+    """The devices one real sampler pass discovers against the simulated driver."""
+    from otel_gpu.nvml.library import Nvml
+    from otel_gpu.nvml.sampler import Sampler
+
+    fake_nvml(spec)
+    nvml = Nvml()
+    nvml.init()
+    sampler = Sampler(nvml)
+    try:
+        return [s.device for s in sampler.sample().devices]
+    finally:
+        sampler.close()
+        nvml.shutdown()
+
+
+def test_seven_1g10gb_instances_on_one_h100_each_resolve(fake_nvml) -> None:
+    devices = _discovered(fake_nvml, SEVEN_1G)
+    migs = [d for d in devices if d.is_mig]
+    assert [(d.gpu_instance_profile_id, d.placement_start) for d in migs] == [
+        (19, start) for start in range(7)]
+    r = DeviceResolver(devices)
+    resolved = [r.resolve(parse_dra_device(f"gpu-0-mig-1g10gb-19-{start}"))
+                for start in range(7)]
+    assert resolved == [d.uuid for d in migs]
+    # the earlier releases' names (profile id, start, size) resolve the same way
+    assert r.resolve(parse_dra_device("gpu-0-mig-19-3-1")) == migs[3].uuid
+    assert r.resolve(parse_dra_device("gpu-0-mig-1g10gb-19-7")) is None  # no such placement
+    assert r.resolve(parse_dra_device("gpu-0-mig-1g10gb")) is None  # no placement: ambiguous
+
+
+def test_scenario_placement_and_profile_id_are_reported_as_given(fake_nvml) -> None:
+    devices = _discovered(fake_nvml, """
+        devices:
+          - name: NVIDIA A100-SXM4-80GB
+            memory: {total: 85899345920}
+            mig:
+              - {profile: 1g.20gb, gpu_instance_id: 3, gi_profile_id: 15, placement_start: 4}
+              - {profile: 1g.10gb+me, gpu_instance_id: 5}
+    """)
+    migs = [d for d in devices if d.is_mig]
+    assert [(d.gpu_instance_profile_id, d.placement_start) for d in migs] == [(15, 4), (20, 1)]
+    r = DeviceResolver(devices)
+    assert r.resolve(parse_dra_device("gpu-0-mig-1g20gb-15-4")) == migs[0].uuid
+    assert r.resolve(parse_dra_device("gpu-0-mig-1g10gb-me-20-1")) == migs[1].uuid
+
+
+def test_dra_mig_falls_back_to_the_profile_where_discovery_has_no_placement() -> None:
+    from dataclasses import replace
+
+    g = gpu_device(GPU0, 0)
+    placed = replace(mig_device(MIG_A, g, gi=1, profile="1g.10gb"),
+                     gpu_instance_profile_id=19, placement_start=0)
+    unplaced = mig_device(MIG_B, g, gi=2, profile="2g.20gb")
+    r = DeviceResolver([g, placed, unplaced])
+    assert r.resolve(parse_dra_device("gpu-0-mig-1g10gb-19-0")) == MIG_A
+    # 2g.20gb's placement is unknown: the profile decides, as with older drivers
+    assert r.resolve(parse_dra_device("gpu-0-mig-2g20gb-14-2")) == MIG_B
+    # a placement that no placed instance has does not fall back to a placed one
+    assert r.resolve(parse_dra_device("gpu-0-mig-1g10gb-19-5")) is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,10 @@ from otel_gpu.naming import build_profiles, render_profiles
 from otel_gpu.naming.dcgm import (
     DEFAULT_FIELDS,
     FIELDS,
+    LABEL_FIELDS,
+    UNAVAILABLE,
     CollectorsError,
+    LabelField,
     parse_collectors,
     select_fields,
 )
@@ -53,11 +57,15 @@ def test_dcgm_exporters_default_counters_file_is_accepted_as_it_is():
     assert "DCGM_FI_DEV_POWER_VIOLATION" not in [e.name for e in entries]  # commented out
     fields, problems = select_fields(entries)
     assert [f.name for f in fields] == [e.name for e in entries
-                                        if e.name != "DCGM_FI_DEV_VGPU_LICENSE_STATUS"]
-    assert problems == ["DCGM_FI_DEV_VGPU_LICENSE_STATUS (line 61): only meaningful inside a "
-                        "vGPU guest VM"]
+                                        if e.name in FIELDS or e.name in LABEL_FIELDS]
+    license_line = next(e.line for e in entries if e.name == "DCGM_FI_DEV_VGPU_LICENSE_STATUS")
+    assert (f"DCGM_FI_DEV_VGPU_LICENSE_STATUS (line {license_line}): only meaningful inside a "
+            "vGPU guest VM") in problems
     energy = next(f for f in fields if f.name == "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
-    assert energy.type == "counter" and energy.help == "Energy used since boot (in mJ)."
+    assert energy.type == "counter"
+    assert energy.help == "Total energy consumption since boot (in mJ)."
+    driver = next(f for f in fields if f.name == "DCGM_FI_DRIVER_VERSION")
+    assert isinstance(driver, LabelField)
 
 
 @pytest.mark.parametrize(
@@ -66,7 +74,9 @@ def test_dcgm_exporters_default_counters_file_is_accepted_as_it_is():
         ("DCGM_FI_DEV_GPU_TEMP\n", r"line 1: expected 'DCGM_FI_NAME, type, help'"),
         ("# c\n\nDCGM_FI_DEV_GPU_TEMP, sometimes, help\n",
          r"line 3: type 'sometimes' is not one of gauge, counter"),
-        ("GPU_TEMP, gauge, help\n", r"line 1: 'GPU_TEMP' is not a DCGM_FI_ field name"),
+        ("GPU_TEMP, gauge, help\n",
+         r"line 1: 'GPU_TEMP' is not a DCGM_FI_ field name \(nor a DCGM_EXP_ or 1.x dcgm_ one\)"),
+        ("DCGM_FI_DEV GPU, gauge, help\n", r"line 1: 'DCGM_FI_DEV GPU' is not a DCGM_FI_"),
         (", gauge, help\n", r"line 1: expected"),
     ],
 )
@@ -86,15 +96,18 @@ def test_unknown_and_unavailable_fields_are_reported_not_exported(tmp_path):
         "DCGM_FI_DEV_NOT_A_THING, gauge, ?\n"
         "DCGM_FI_DRIVER_VERSION, label, driver\n"
         "DCGM_FI_DEV_GPU_UTIL, histogram, u\n"
+        "DCGM_FI_DEV_VGPU_LICENSE_STATUS, gauge, l\n"
     )
     fields, problems = select_fields(parse_collectors(str(path)))
-    assert [f.name for f in fields] == ["DCGM_FI_DEV_GPU_TEMP"]
+    # profiling fields come from NVML GPM
+    assert [f.name for f in fields] == ["DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+                                        "DCGM_FI_DRIVER_VERSION"]
     assert problems == [
-        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE (line 2): needs DCGM's profiling module; NVML does "
-        "not measure it",
         "DCGM_FI_DEV_NOT_A_THING (line 3): not a field otel-gpu knows",
         "DCGM_FI_DEV_GPU_UTIL (line 5): type histogram is not supported for it; use gauge or "
         "counter",
+        "DCGM_FI_DEV_VGPU_LICENSE_STATUS (line 6): "
+        + UNAVAILABLE["DCGM_FI_DEV_VGPU_LICENSE_STATUS"],
     ]
 
 
@@ -105,6 +118,10 @@ def test_default_field_set_is_dcgm_exporters():
                      "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_XID_ERRORS",
                      "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"):
         assert required in DEFAULT_FIELDS
+    # NVIDIA's current file dropped the NVML PCIe byte counters DCGM deprecates; by name
+    # in a counters file they still work
+    for dropped in ("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "DCGM_FI_DEV_PCIE_RX_THROUGHPUT"):
+        assert dropped not in DEFAULT_FIELDS and dropped in FIELDS
 
 
 # --- golden expositions ----------------------------------------------------------
@@ -205,11 +222,239 @@ def test_shared_gpu_copies_are_off_by_default():
 
 
 def test_hostname_label_setting():
-    text = render_profiles(build_profiles(["dcgm"], hostname="n1", hostname_label="hostname"),
-                        _a100_mig()).decode()
+    # dcgm-exporter's newest releases name it hostname (the default); older ones Hostname
+    text = render_profiles(build_profiles(["dcgm"], hostname="n1"), _a100_mig()).decode()
     assert 'hostname="n1"' in text and "Hostname=" not in text
+    text = render_profiles(build_profiles(["dcgm"], hostname="n1", hostname_label="Hostname"),
+                           _a100_mig()).decode()
+    assert 'Hostname="n1"' in text and "hostname=" not in text
 
 
 def test_every_field_has_a_rewrite_or_says_why_not():
     for field in FIELDS.values():
         assert bool(field.promql) != bool(field.rewrite_note), field.name
+
+
+# --- dcgm-exporter's output, exactly ---------------------------------------------
+
+COMPAT_CSV = HERE / "fixtures" / "dcgm-1x-compatibility.csv"
+EXPORTER_CSV = HERE / "fixtures" / "dcgm-exporter-fields.csv"
+
+
+def _dcgm(snap, **kw) -> str:
+    views = [p for p in build_profiles(["dcgm"], hostname="h", **kw)
+             if not isinstance(p, HealthProfile)]
+    return render_profiles(views, snap).decode()
+
+
+def test_the_built_in_set_is_nvidias_current_default_counters_file():
+    from_file, _ = select_fields(parse_collectors(str(DEFAULT_CSV)))
+    built_in, problems = select_fields(None)
+    assert problems == []
+
+    def described(columns):
+        return [(c.name, c.type, getattr(c, "help", None)) for c in columns]
+
+    listed = {c.name for c in from_file}
+    assert described(c for c in built_in if c.name in listed) == described(from_file)
+    # anything more is a field the file does not mention at all, not even commented out
+    mentioned = set(re.findall(r"^#? ?(DCGM_\w+)", DEFAULT_CSV.read_text(), re.M))
+    assert not {c.name for c in built_in if c.name not in listed} & mentioned
+    # the # HELP lines are dcgm-exporter's texts, not otel-gpu's
+    text = _dcgm(_h100x8())
+    assert "# HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C).\n" in text
+    assert "# HELP DCGM_FI_DEV_XID_ERRORS Value of the last XID error encountered.\n" in text
+    assert "DCGM_FI_DEV_PCIE_TX_THROUGHPUT" not in text
+    assert all(lab["DCGM_FI_DRIVER_VERSION"] == "550.90.07"
+               for lab, _ in series(text, "DCGM_FI_DEV_GPU_TEMP"))
+
+
+def test_xid_errors_carry_err_code_and_err_msg():
+    from otel_gpu.naming import xid
+    from otel_gpu.nvml.sampler import COMMON_XIDS
+    from tests.support.snapshots import gpu_device, sample, snapshot
+
+    assert all(xid.message(code) != xid.UNKNOWN for code in COMMON_XIDS)
+    assert xid.message(0) == xid.NO_ERROR and xid.message(100000) == xid.UNKNOWN
+    gpus = [gpu_device(f"GPU-00000000-0000-0000-0000-00000000000{i}", i) for i in range(3)]
+    snap = snapshot(sample(gpus[0], last_xid=79), sample(gpus[1]), sample(gpus[2], last_xid=999))
+    got = {lab["gpu"]: (lab["err_code"], lab["err_msg"], v)
+           for lab, v in series(_dcgm(snap), "DCGM_FI_DEV_XID_ERRORS")}
+    assert got == {"0": ("79", xid.message(79), 79.0), "1": ("0", "no error", 0.0),
+                   "2": ("999", xid.UNKNOWN, 999.0)}
+
+
+def test_the_1x_compatibility_file_is_served_under_its_names():
+    entries = parse_collectors(str(COMPAT_CSV))
+    fields, problems = select_fields(entries)
+    names = [f.name for f in fields]
+    assert "dcgm_sm_clock" in names and "dcgm_memory_clock" in names
+    assert all(n.startswith("dcgm_") for n in names)
+    # listed twice (PCIe and DCP sections): exported once, as its last line says
+    assert names.count("dcgm_fi_prof_pcie_tx_bytes") == 1
+    tx_lines = [e.line for e in entries if e.name == "dcgm_fi_prof_pcie_tx_bytes"]
+    assert (f"dcgm_fi_prof_pcie_tx_bytes (line {tx_lines[0]}): listed again on line "
+            f"{tx_lines[1]}, which is used") in problems
+    text = _dcgm(_h100x8(), collectors_file=str(COMPAT_CSV))
+    default = _dcgm(_h100x8())
+    assert "DCGM_FI_" not in "".join(ln for ln in text.splitlines() if not ln.startswith("#")
+                                     and not ln.startswith("dcgm_")).replace(
+        "DCGM_FI_DRIVER_VERSION", "")
+    for old, new in (("dcgm_gpu_temp", "DCGM_FI_DEV_GPU_TEMP"),
+                     ("dcgm_sm_clock", "DCGM_FI_DEV_SM_CLOCK"),
+                     ("dcgm_fb_used", "DCGM_FI_DEV_FB_USED"),
+                     ("dcgm_power_usage", "DCGM_FI_DEV_POWER_USAGE"),
+                     ("dcgm_gpu_utilization", "DCGM_FI_DEV_GPU_UTIL")):
+        want = {lab["UUID"]: v for lab, v in series(default, new)}
+        assert {lab["UUID"]: v for lab, v in series(text, old)} == want, old
+        assert len(want) == 8
+    assert "# HELP dcgm_gpu_temp GPU temperature (C).\n# TYPE dcgm_gpu_temp gauge\n" in text
+    assert series(text, "dcgm_xid_errors")[0][0]["err_code"] == "0"
+
+
+def test_exporter_fields_and_label_rows(tmp_path):
+    from dataclasses import replace
+
+    from otel_gpu.snapshot import DEGRADED, FAILED
+    from tests.support.snapshots import gpu_device, sample, snapshot
+
+    entries = parse_collectors(str(EXPORTER_CSV))
+    line = {e.name: e.line for e in entries}
+    fields, problems = select_fields(entries)
+    assert problems == [
+        f"DCGM_EXP_P2P_STATUS (line {line['DCGM_EXP_P2P_STATUS']}): needs "
+        "nvmlDeviceGetP2PStatus for every GPU pair; not read",
+        f"DCGM_FI_DEV_BRAND (line {line['DCGM_FI_DEV_BRAND']}): not read by otel-gpu",
+    ]
+    g0 = replace(gpu_device("GPU-00000000-0000-0000-0000-000000000000", 0),
+                 serial="1650000000000", vbios_version="96.00.30.00.01")
+    g1 = gpu_device("GPU-11111111-0000-0000-0000-000000000000", 1)
+    g2 = gpu_device("GPU-22222222-0000-0000-0000-000000000000", 2)
+    reasons = "clock.reasons"
+    views = [p for p in build_profiles(["dcgm"], hostname="h", collectors_file=str(EXPORTER_CSV))
+             if not isinstance(p, HealthProfile)]
+
+    def at(seq, t, xids, bits, state1=DEGRADED):
+        snap = snapshot(
+            sample(g0, values={"temp.gpu": 50, reasons: bits}, xid_counts={13: 0, 79: xids}),
+            sample(g1, state=state1, values={"temp.gpu": 51, reasons: 0}),
+            sample(g2, state=FAILED, error="lost"),
+            seq=seq, taken_monotonic=t)
+        return render_profiles(views, snap).decode()
+
+    at(1, 0.0, 0, 0x0)
+    at(2, 10.0, 2, 0x4 | 0x40)  # power cap and hardware thermal slowdown begin
+    text = at(3, 20.0, 3, 0x4)  # thermal ends
+    labels = series(text, "DCGM_FI_DEV_GPU_TEMP", gpu="0")[0][0]
+    assert labels["DCGM_FI_DEV_SERIAL"] == "1650000000000"
+    assert labels["DCGM_FI_DEV_VBIOS_VERSION"] == "96.00.30.00.01"
+    assert labels["DCGM_FI_DEV_UUID"] == g0.uuid and labels["DCGM_FI_DEV_NAME"] == g0.model
+    assert labels["DCGM_FI_DEV_PCI_BUSID"] == g0.pci_bus_id
+    assert labels["DCGM_FI_DRIVER_VERSION"] == "550.90.07"
+    assert "DCGM_FI_DEV_SERIAL" not in series(text, "DCGM_FI_DEV_GPU_TEMP", gpu="1")[0][0]
+    # XIDs: in the 5-minute window, and since start (the common codes from 0)
+    window = {"window_size_in_ms": "300000"}
+    assert [(lab.get("xid"), lab["window_size_in_ms"], v) for lab, v in
+            series(text, "DCGM_EXP_XID_ERRORS_COUNT", gpu="0")] == [("79", "300000", 3.0)]
+    assert series(text, "DCGM_EXP_XID_ERRORS_COUNT", gpu="1") == [
+        (series(text, "DCGM_EXP_XID_ERRORS_COUNT", gpu="1")[0][0], 0.0)]
+    assert "xid" not in series(text, "DCGM_EXP_XID_ERRORS_COUNT", gpu="1")[0][0]
+    assert {lab["xid"]: v for lab, v in series(text, "DCGM_EXP_XID_ERRORS_TOTAL", gpu="0")} == {
+        "13": 0.0, "79": 3.0}
+    # clock events: samples in the window with each reason, and times each reason began
+    assert {lab["clock_event"]: v for lab, v in
+            series(text, "DCGM_EXP_CLOCK_EVENTS_COUNT", gpu="0", **window)} == {
+        "power_cap": 2.0, "hw_thermal": 1.0}
+    totals = {lab["clock_event"]: v for lab, v in
+              series(text, "DCGM_EXP_CLOCK_EVENTS_TOTAL", gpu="0")}
+    assert totals["power_cap"] == 1.0 and totals["hw_thermal"] == 1.0
+    assert totals["gpu_idle"] == 0.0 and len(totals) == 9
+    # health: DCGM's pass / warn / fail, the lost GPU included
+    assert {lab["gpu"]: v for lab, v in series(text, "DCGM_EXP_GPU_HEALTH_STATUS")} == {
+        "0": 0.0, "1": 10.0, "2": 20.0}
+    assert series(text, "DCGM_FI_DEV_GPU_TEMP", gpu="2") == []  # a failed GPU has no values
+    # five minutes later the window holds only what happened since
+    later = at(4, 330.0, 4, 0x0, state1="ok")
+    assert [(lab.get("xid"), v) for lab, v in
+            series(later, "DCGM_EXP_XID_ERRORS_COUNT", gpu="0")] == [("79", 1.0)]
+    ((labels, count),) = series(later, "DCGM_EXP_CLOCK_EVENTS_COUNT", gpu="0")
+    assert count == 0.0 and "clock_event" not in labels
+    assert {lab["gpu"]: v for lab, v in series(later, "DCGM_EXP_GPU_HEALTH_STATUS")}["1"] == 0.0
+
+
+def _fb_used(text: str) -> list[tuple[str, str | None, float]]:
+    return sorted((lab["UUID"], lab.get("GPU_I_ID", ""), v)
+                  for lab, v in series(text, "DCGM_FI_DEV_FB_USED"))
+
+
+def test_a_mig_gpu_is_reported_through_its_instances_by_default():
+    snap = _a100_mig()
+    parent = sim.load_scenario("a100-mig").devices[0]
+    used = {s.device.uuid: s.values["memory.used"] for s in snap.devices}
+    instances = [s for s in snap.devices if s.device.parent_uuid == parent.uuid]
+    whole = [s for s in snap.devices if not s.device.is_mig and s.device.uuid != parent.uuid]
+    text = _dcgm(snap)
+    rows = _fb_used(text)
+    # no row for the MIG GPU as a whole: its memory is its instances'
+    assert [r for r in rows if r[0] == parent.uuid and not r[1]] == []
+    assert sum(v for *_, v in rows) == pytest.approx(
+        sum(used[s.device.uuid] for s in instances + whole) / 2**20)
+    # an instance carries its GPU's temperature and clocks, but no utilization
+    temps = series(text, "DCGM_FI_DEV_GPU_TEMP", UUID=parent.uuid)
+    assert len(temps) == len(instances) and all("GPU_I_ID" in lab for lab, _ in temps)
+    assert {v for _, v in temps} == {snap.devices[0].values["temp.gpu"]}
+    assert series(text, "DCGM_FI_DEV_GPU_UTIL", UUID=parent.uuid) == []
+    assert len(series(text, "DCGM_FI_DEV_GPU_UTIL")) == len(whole)
+
+    gpus = _fb_used(_dcgm(snap, devices="gpus"))
+    assert [r[1] for r in gpus] == [""] * 3
+    only = _fb_used(_dcgm(snap, devices="instances"))
+    assert len(only) == len(instances) and all(r[1] for r in only)
+    both = _fb_used(_dcgm(snap, devices="both"))
+    assert sorted(both) == sorted(gpus + only)
+
+
+def test_old_pod_label_names():
+    text = _dcgm(_a100_mig(), pod_label_style="old")
+    ((labels, _),) = series(text, "DCGM_FI_DEV_GPU_TEMP", pod_name="whole")
+    assert labels["pod_namespace"] == "ml" and labels["container_name"] == "main"
+    assert "pod" not in labels and "namespace" not in labels and "container" not in labels
+    assert "uuid" in labels and "UUID" not in labels
+
+
+def test_kubelet_memory_is_what_cadvisor_read():
+    """cAdvisor read the v1 memory call: used includes the driver's reserved memory and
+    total is the physical total (on an H100, 541 MiB more than used + free)."""
+    snap = _h100x8()
+    views = [p for p in build_profiles(["kubelet"], hostname="h")
+             if not isinstance(p, HealthProfile)]
+    text = render_profiles(views, snap).decode()
+    by_uuid = {s.device.uuid: s.values for s in snap.devices}
+    used = {lab["acc_id"]: v for lab, v in series(text, "container_accelerator_memory_used_bytes")}
+    total = {lab["acc_id"]: v
+             for lab, v in series(text, "container_accelerator_memory_total_bytes")}
+    assert used and set(used) == set(total)
+    for uuid, values in by_uuid.items():
+        if uuid not in used:
+            continue
+        assert values["memory.reserved"] > 0
+        assert used[uuid] == values["memory.used"] + values["memory.reserved"]
+        assert total[uuid] == values["memory.total"]
+        assert total[uuid] == used[uuid] + values["memory.free"]
+    labels = series(text, "container_accelerator_duty_cycle")[0][0]
+    assert not {"id", "image", "name"} & set(labels)  # not known without the runtime
+
+
+def test_fan_speed_is_in_the_default_set_where_a_gpu_has_fans():
+    assert "DCGM_FI_DEV_FAN_SPEED" in DEFAULT_FIELDS
+    from dataclasses import replace as _replace
+
+    snap = _a100_mig()
+    with_fan = _replace(snap, devices=tuple(
+        _replace(d, values={**d.values, "fan": 40.0}) if d is snap.devices[-1] else d
+        for d in snap.devices))  # the last GPU, not in MIG mode, gets a fan
+    text = render_profiles(build_profiles(["dcgm"], hostname="h"), with_fan).decode()
+    fans = [ln for ln in text.splitlines() if ln.startswith("DCGM_FI_DEV_FAN_SPEED{")]
+    assert len(fans) == 1 and fans[0].endswith(" 40")
+    plain = render_profiles(build_profiles(["dcgm"], hostname="h"), snap).decode()
+    assert "DCGM_FI_DEV_FAN_SPEED{" not in plain  # no fans, no series (never a 0)

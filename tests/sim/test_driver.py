@@ -171,28 +171,28 @@ def test_no_processes_is_a_single_successful_call(nvml):
 # --- adding a symbol ------------------------------------------------------------------
 
 
-class WithPState(FakeNvml):
-    """The built-in driver plus one NVML call: P0 on GPU 0, P8 on the others."""
+class WithBoardId(FakeNvml):
+    """The built-in driver plus one NVML call: board id 0 on GPU 0, 8 on the others."""
 
     @c_symbol
-    def nvmlDeviceGetPerformanceState(self, handle, out):
-        target, _ = self.check_device("nvmlDeviceGetPerformanceState", handle)
+    def nvmlDeviceGetBoardId(self, handle, out):
+        target, _ = self.check_device("nvmlDeviceGetBoardId", handle)
         deref(out).value = 0 if target.gpu.index == 0 else 8
 
 
 def test_the_built_in_device_symbols_are_the_drivers():
     assert FakeNvml.device_symbols() == DEVICE_SYMBOLS
-    assert WithPState.device_symbols() == DEVICE_SYMBOLS | {"nvmlDeviceGetPerformanceState"}
+    assert WithBoardId.device_symbols() == DEVICE_SYMBOLS | {"nvmlDeviceGetBoardId"}
 
 
 def test_a_subclass_adds_a_symbol_with_one_method(nvml):
     nvml("t4")
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
     with pytest.raises(pynvml.NVMLError_FunctionNotFound):  # the built-in driver lacks it
-        pynvml.nvmlDeviceGetPerformanceState(h)
-    fake = nvml("t4", driver=WithPState)
-    assert [pynvml.nvmlDeviceGetPerformanceState(h) for h in handles()] == [0, 8]
-    assert fake.calls["nvmlDeviceGetPerformanceState"] == 2
+        pynvml.nvmlDeviceGetBoardId(h)
+    fake = nvml("t4", driver=WithBoardId)
+    assert [pynvml.nvmlDeviceGetBoardId(h) for h in handles()] == [0, 8]
+    assert fake.calls["nvmlDeviceGetBoardId"] == 2
     assert pynvml.nvmlDeviceGetName(h) == "Tesla T4"  # the rest still answers
 
 
@@ -200,33 +200,33 @@ def test_device_faults_apply_to_an_added_symbol(nvml, tmp_path):
     path = write(tmp_path, """
 devices:
   - name: NVIDIA L4
-    unsupported: [nvmlDeviceGetPerformanceState]
+    unsupported: [nvmlDeviceGetBoardId]
   - name: NVIDIA L4
-    errors: {nvmlDeviceGetPerformanceState: UNKNOWN}
+    errors: {nvmlDeviceGetBoardId: UNKNOWN}
   - name: NVIDIA L4
-    slow: [{function: nvmlDeviceGetPerformanceState, seconds: 1.5}]
+    slow: [{function: nvmlDeviceGetBoardId, seconds: 1.5}]
     lost_after: 1
   - name: NVIDIA A30
     mig: [{profile: 1g.6gb, gpu_instance_id: 3}]
-""", "pstate.yaml")
+""", "board.yaml")
     with pytest.raises(ScenarioError, match=r"unknown NVML function or field "
-                                            r"'nvmlDeviceGetPerformanceState'"):
+                                            r"'nvmlDeviceGetBoardId'"):
         load_scenario(path)  # the built-in driver's symbols only
     slept: list[float] = []
-    nvml(load_scenario(path, device_symbols=WithPState.device_symbols()), driver=WithPState,
+    nvml(load_scenario(path, device_symbols=WithBoardId.device_symbols()), driver=WithBoardId,
          sleep=slept.append)
     hs = handles()
     next_sample()
     with pytest.raises(pynvml.NVMLError_NotSupported):
-        pynvml.nvmlDeviceGetPerformanceState(hs[0])
+        pynvml.nvmlDeviceGetBoardId(hs[0])
     with pytest.raises(pynvml.NVMLError_Unknown):
-        pynvml.nvmlDeviceGetPerformanceState(hs[1])
-    assert pynvml.nvmlDeviceGetPerformanceState(hs[2]) == 8
+        pynvml.nvmlDeviceGetBoardId(hs[1])
+    assert pynvml.nvmlDeviceGetBoardId(hs[2]) == 8
     assert slept == [1.5]
-    assert pynvml.nvmlDeviceGetPerformanceState(hs[3]) == 8
+    assert pynvml.nvmlDeviceGetBoardId(hs[3]) == 8
     mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(hs[3], 0)
     with pytest.raises(pynvml.NVMLError_NotSupported):  # not a MIG symbol
-        pynvml.nvmlDeviceGetPerformanceState(mig)
+        pynvml.nvmlDeviceGetBoardId(mig)
     next_sample()
     with pytest.raises(pynvml.NVMLError_GpuIsLost):
-        pynvml.nvmlDeviceGetPerformanceState(hs[2])
+        pynvml.nvmlDeviceGetBoardId(hs[2])

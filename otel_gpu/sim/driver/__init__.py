@@ -19,24 +19,29 @@ marked with :func:`c_symbol`. Starting it with :meth:`~DriverCore.check_device`
 gives it everything a built-in device symbol gets: the init check, the handle
 lookup, ``lost_after``, and NOT_SUPPORTED on MIG handles::
 
-    class WithPState(FakeNvml):
+    class WithBoardId(FakeNvml):
         @c_symbol
-        def nvmlDeviceGetPerformanceState(self, handle, out):
-            target, sample = self.check_device("nvmlDeviceGetPerformanceState", handle)
-            deref(out).value = 2  # or raise Fail(pynvml.NVML_ERROR_...)
+        def nvmlDeviceGetBoardId(self, handle, out):
+            target, sample = self.check_device("nvmlDeviceGetBoardId", handle)
+            deref(out).value = 0x4200 + target.gpu.index  # or raise Fail(pynvml.NVML_ERROR_...)
 
 For a scenario's ``unsupported`` / ``no_permission`` / ``errors`` / ``slow`` to
 be allowed to name the new symbol, load it with the subclass's symbols:
-``load_scenario(spec, device_symbols=WithPState.device_symbols())``.
+``load_scenario(spec, device_symbols=WithBoardId.device_symbols())``.
 """
 
 from __future__ import annotations
 
 from otel_gpu.sim.driver._core import DriverCore, Fail, c_symbol, deref
+from otel_gpu.sim.driver.ecc import EccSymbols
 from otel_gpu.sim.driver.events import EventSymbols
 from otel_gpu.sim.driver.fields import FieldSymbols
+from otel_gpu.sim.driver.gpm import GpmSymbols
 from otel_gpu.sim.driver.identity import IdentitySymbols
 from otel_gpu.sim.driver.mig import MigSymbols
+from otel_gpu.sim.driver.nvlink import NvLinkSymbols
+from otel_gpu.sim.driver.pcie import PcieSymbols
+from otel_gpu.sim.driver.power import PowerSymbols
 from otel_gpu.sim.driver.processes import ProcessSymbols
 from otel_gpu.sim.driver.readings import ReadingSymbols
 from otel_gpu.sim.driver.system import SystemSymbols
@@ -52,6 +57,11 @@ class FakeNvml(
     FieldSymbols,
     ProcessSymbols,
     EventSymbols,
+    GpmSymbols,
+    PowerSymbols,
+    PcieSymbols,
+    NvLinkSymbols,
+    EccSymbols,
 ):
     """Stands in for ``pynvml.nvmlLib``: one attribute per implemented C symbol.
 

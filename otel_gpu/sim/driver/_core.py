@@ -51,7 +51,7 @@ def c_symbol(func: Callable[..., Any]) -> Callable[..., Any]:
     The method receives the ctypes arguments pynvml passes and returns None
     (``NVML_SUCCESS``), a value (what the C function returns, for the few that
     return no code), or raises :class:`Fail`. An override of a symbol must be
-    marked too: an unmarked one hides the symbol.
+    marked too: an unmarked one is called bare, uncounted, its Fail escaping.
     """
     func._c_symbol = True  # type: ignore[attr-defined]
     return func

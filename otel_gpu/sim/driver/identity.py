@@ -3,7 +3,8 @@
 Handles are opaque tokens (see ``_core``); a lookup hands one out after the
 same fault checks as any device call, so a lost GPU cannot even be found.
 A MIG handle reports its own UUID and name but its parent's PCI location;
-serial, minor number, index and NUMA node answer only on a whole GPU.
+serial, VBIOS version (derived from the index), minor number, index and NUMA
+node answer only on a whole GPU.
 """
 
 from __future__ import annotations
@@ -63,6 +64,12 @@ class IdentitySymbols(DriverCore):
     def nvmlDeviceGetSerial(self, handle: Any, buf: Any, length: Any) -> None:
         target, _ = self.check_device("nvmlDeviceGetSerial", handle)
         write_text(buf, length, target.gpu.serial)
+
+    @c_symbol
+    def nvmlDeviceGetVbiosVersion(self, handle: Any, buf: Any, length: Any) -> None:
+        target, _ = self.check_device("nvmlDeviceGetVbiosVersion", handle)
+        # One version per GPU, derived from its index: 96.00.30.00.01, 96.00.31.00.01, ...
+        write_text(buf, length, f"96.00.{0x30 + target.gpu.index:02X}.00.01")
 
     @c_symbol
     def nvmlDeviceGetPciInfo_v3(self, handle: Any, info_ref: Any) -> None:

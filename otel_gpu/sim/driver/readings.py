@@ -1,5 +1,5 @@
 """The gauges a sample reads one call at a time: memory, utilization, temperature,
-power, clocks, clock event reasons and fan speed.
+power, clocks (current and maximum), clock event reasons and fan speed.
 
 Each answers the scenario's VALUE for the current sample and the GPU's
 position in its ``count`` entry, clamped to the C type's range; an absent key
@@ -103,6 +103,15 @@ class ReadingSymbols(DriverCore):
         if not names:
             raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         value = target.gpu.clocks.get(names[0])
+        deref(out).value = self._uint(value, sample, target.gpu.position)
+
+    @c_symbol
+    def nvmlDeviceGetMaxClockInfo(self, handle: Any, clock_type: Any, out: Any) -> None:
+        target, sample = self.check_device("nvmlDeviceGetMaxClockInfo", handle)
+        names = [name for name, value in CLOCKS.items() if value == arg_int(clock_type)]
+        if not names:
+            raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        value = target.gpu.max_clocks.get(names[0])
         deref(out).value = self._uint(value, sample, target.gpu.position)
 
     @c_symbol
