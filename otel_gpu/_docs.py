@@ -262,7 +262,9 @@ def migration() -> str:
         "| 1.x name | DCGM field | exported |",
         "|---|---|---|",
     ]
-    for old, new in LEGACY_NAMES.items():
+    legacy = dict(LEGACY_NAMES)
+    legacy.update({n.lower(): n for n in FIELDS if n.startswith("DCGM_FI_PROF_")})
+    for old, new in legacy.items():
         status = "yes" if new in FIELDS else UNAVAILABLE.get(new, "no")
         out.append(f"| `{old}` | `{new}` | {status} |")
     out += [

@@ -139,6 +139,10 @@ FIELDS: Mapping[str, DcgmField] = {f.name: f for f in (
        factor=1 / 1024, note=_KIB, promql=_IO % "transmit"),
     _f("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "counter", "Bytes received over PCIe (KiB).",
        c.PCIE_RX, factor=1 / 1024, note=_KIB, promql=_IO % "receive"),
+    _f("DCGM_FI_PROF_PCIE_TX_BYTES_TOTAL", "counter", "Bytes sent over PCIe.", c.PCIE_TX,
+       note="bytes", promql='hw_gpu_io_bytes_total{network_io_direction="transmit"}'),
+    _f("DCGM_FI_PROF_PCIE_RX_BYTES_TOTAL", "counter", "Bytes received over PCIe.", c.PCIE_RX,
+       note="bytes", promql='hw_gpu_io_bytes_total{network_io_direction="receive"}'),
     _f("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "PCIe replays (retries).", c.PCIE_REPLAY,
        note="count", promql="nvidia_gpu_pcie_replays_total"),
     _f("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (%).", c.UTIL_GPU,
@@ -353,6 +357,14 @@ DEFAULT_FIELDS: tuple[str, ...] = tuple(
 UNAVAILABLE: Mapping[str, str] = {
     "DCGM_FI_DEV_VGPU_LICENSE_STATUS": "only meaningful inside a vGPU guest VM",
     "DCGM_EXP_P2P_STATUS": "needs nvmlDeviceGetP2PStatus for every GPU pair; not read",
+    **{f"DCGM_FI_PROF_{n}_TOTAL": "DCGM's cumulative profiling cycle counters have no NVML "
+       "counterpart: GPM gives the same activity as ratios (the DCGM_FI_PROF_*_ACTIVE fields)"
+       for n in ("SM_CYCLES_ACTIVE", "SM_CYCLES_ELAPSED", "MMA_CYCLES_ACTIVE",
+                 "HMMA_CYCLES_ACTIVE", "IMMA_CYCLES_ACTIVE", "DFMA_CYCLES_ACTIVE",
+                 "DMMA_CYCLES_ACTIVE", "FP64_CYCLES_ACTIVE", "FP32_CYCLES_ACTIVE",
+                 "FP16_CYCLES_ACTIVE", "INT_CYCLES_ACTIVE")},
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_L0": "NVLink traffic is summed over the GPU's links "
+    "(DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, nvidia.gpu.nvlink.io); one link alone is not kept",
     **{f"DCGM_FI_{n}": "not read by otel-gpu" for n in (
         "NVML_VERSION", "DEV_BRAND", "DEV_OEM_INFOROM_VER", "DEV_ECC_INFOROM_VER",
         "DEV_POWER_INFOROM_VER", "DEV_INFOROM_IMAGE_VER", "DEV_PCI_COMBINED_ID",

@@ -247,3 +247,23 @@ def test_a_mig_gpus_memory_is_counted_once(collector):
     assert sum(v for _, v in dcgm) == pytest.approx(counted / 2**20)
     assert len(dcgm) == len(otel) - len(parents)
     assert all("GPU_I_ID" in lab for lab, _ in dcgm if lab["UUID"] in parents)
+
+
+def test_nvidias_default_counters_file_on_h100s_exports_every_field_that_applies(collector):
+    proc = collector("--simulate", "h100x8", "--naming", "dcgm", "-f", str(DEFAULT_CSV))
+    wanted = {ln.split(",")[0].strip(): ln.split(",")[1].strip()
+              for ln in DEFAULT_CSV.read_text().splitlines()
+              if ln.strip() and not ln.startswith("#")}
+    series_rows = {name for name, type_ in wanted.items() if type_ != "label"}
+    not_applicable = {"DCGM_FI_DEV_VGPU_LICENSE_STATUS"}  # bare metal, not a vGPU guest
+
+    def every_field():  # the profiling fields need a second sample
+        names = {name for name, _, _ in parse_samples(proc.metrics())}
+        return names if series_rows - not_applicable <= names else None
+
+    names = wait_until(every_field, what="every field of the default counters file")
+    assert not names & not_applicable
+    logged = [ln for ln in proc.lines if "DCGM_FI_DEV_VGPU_LICENSE_STATUS" in ln]
+    assert len(logged) == 1 and "vGPU guest" in logged[0]
+    labels = series(proc.metrics(), "DCGM_FI_DEV_GPU_TEMP")[0][0]
+    assert labels["DCGM_FI_DRIVER_VERSION"] == "550.90.07"  # the file's label row

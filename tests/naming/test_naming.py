@@ -458,3 +458,18 @@ def test_fan_speed_is_in_the_default_set_where_a_gpu_has_fans():
     assert len(fans) == 1 and fans[0].endswith(" 40")
     plain = render_profiles(build_profiles(["dcgm"], hostname="h"), snap).decode()
     assert "DCGM_FI_DEV_FAN_SPEED{" not in plain  # no fans, no series (never a 0)
+
+
+@pytest.mark.parametrize("fixture", ["dcgm-default-counters.csv", "dcgm-dcp-metrics.csv",
+                                     "dcgm-1x-compatibility.csv"])
+def test_every_field_of_nvidias_counters_files_is_mapped_in_the_migration_guide(fixture):
+    """Listed or commented out, each field is exported, or the guide says why not."""
+    import re as _re
+
+    guide = (HERE.parents[1] / "docs" / "migration.md").read_text()
+    text = (HERE / "fixtures" / fixture).read_text()
+    names = set(_re.findall(r"^#?\s*((?:DCGM_FI|DCGM_EXP|dcgm)_[A-Za-z0-9_]+)\s*,", text,
+                            _re.MULTILINE))
+    assert len(names) > 20
+    missing = sorted(n for n in names if not _re.search(rf"`{n}`", guide))
+    assert missing == []
