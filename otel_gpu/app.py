@@ -21,6 +21,7 @@ from opentelemetry.sdk.metrics.export import MetricReader
 
 from otel_gpu import naming
 from otel_gpu.config import Config
+from otel_gpu.errors import SetupError
 from otel_gpu.exporters import otlp
 from otel_gpu.exporters.prometheus import MetricsServer, RenderCache, new_reader
 from otel_gpu.exporters.webconfig import load_web_config
@@ -30,8 +31,9 @@ from otel_gpu.pipeline import Pipeline
 from otel_gpu.snapshot import Snapshot
 from otel_gpu.telemetry import Telemetry, build_resource
 
-if TYPE_CHECKING:  # gRPC is imported only when pod attribution is on
+if TYPE_CHECKING:  # gRPC is imported only once a kubelet socket exists
     from otel_gpu.k8s.enrich import PodEnricher
+    from otel_gpu.k8s.podresources import PodResourcesWatcher
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,12 @@ CHECK_READ_TIMEOUT_S = 5.0
 def read_timeout(interval: float) -> float:
     """How long a sample waits for each GPU before calling it hung: half the interval, 1-10 s."""
     return min(max(interval / 2, 1.0), 10.0)
+
+
+def render_max_age(interval: float) -> float:
+    """How old a rendered body may get before a scrape renders again: a sample's interval
+    and its read deadline, so that a sampler on time always publishes first."""
+    return interval + read_timeout(interval)
 
 
 def open_nvml(simulate: str | None) -> Nvml:
@@ -69,19 +77,23 @@ def process_usage(config: Config) -> bool:
 def pod_enricher(
     config: Config, on_update: Callable[[object], None] | None = None
 ) -> PodEnricher:
-    """The Kubernetes attribution stage for ``config`` (imports gRPC only when used)."""
-    from otel_gpu.k8s.enrich import PodEnricher
-    from otel_gpu.k8s.podresources import PodResourcesWatcher
+    """The Kubernetes attribution stage for ``config`` (gRPC is imported once a socket exists)."""
+    from otel_gpu.k8s.enrich import KubeletWatch, PodEnricher
     from otel_gpu.k8s.processes import ProcessMapper
 
-    watcher = PodResourcesWatcher(
-        config.kubelet_socket,
-        interval=config.kubelet_interval,
-        timeout=config.kubelet_timeout,
-        grace_period=config.kubelet_grace_period,
-        resource_names=config.kubelet_resource_names,
-        on_update=on_update,
-    )
+    def build() -> PodResourcesWatcher:  # imports gRPC: only once the socket exists
+        from otel_gpu.k8s.podresources import PodResourcesWatcher
+
+        return PodResourcesWatcher(
+            config.kubelet_socket,
+            interval=config.kubelet_interval,
+            timeout=config.kubelet_timeout,
+            grace_period=config.kubelet_grace_period,
+            resource_names=config.kubelet_resource_names,
+            on_update=on_update,
+        )
+
+    watcher = KubeletWatch(config.kubelet_socket, build, interval=config.kubelet_interval)
     processes = (ProcessMapper(Path(config.proc_root), Path(config.pod_log_root))
                  if config.process_usage else None)
     return PodEnricher(watcher, Path(config.sysfs_root), processes=processes)
@@ -113,6 +125,11 @@ def sample_once(config: Config, nvml: Nvml) -> Snapshot:
         finally:
             enrich.watcher.stop()
     return snapshot
+
+
+def _address(host: str, port: int) -> str:
+    """``host:port``, with an IPv6 address in brackets as in a URL: ``[::1]:9400``."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def choose_exporters(config: Config, environ: Mapping[str, str]) -> tuple[str, ...]:
@@ -150,6 +167,7 @@ class Service:
                                process_usage=process_usage(config))
         self.pipeline = Pipeline(self.sampler.sample, interval=config.interval,
                                  enrich=self.enricher, release=lambda: self.telemetry.rebuild(),
+                                 on_publish=self._render_published,
                                  clock=clock)
         store = self.pipeline.store
         resource = build_resource(config.node_name)
@@ -181,20 +199,43 @@ class Service:
             )
             self.cache = RenderCache(
                 lambda: self.telemetry.render() + naming.render_profiles(profiles, store.latest),
-                lambda: store.version, max_age=min(config.interval, 60.0), clock=clock,
+                lambda: store.version, max_age=render_max_age(config.interval), clock=clock,
             )
         web = load_web_config(config.web_config_file) if config.web_config_file else None
         self.server = MetricsServer(config.listen, self.cache, self.pipeline.readiness, web)
+        # Probes that cannot pass the web config's TLS or auth ask here: health only, plain.
+        self.health_server: MetricsServer | None = None
+        if config.health_listen is not None:
+            try:
+                self.health_server = MetricsServer(config.health_listen, None,
+                                                   self.pipeline.readiness)
+            except OSError as exc:
+                self.server.server_close()
+                raise SetupError(f"health_listen {_address(*config.health_listen)}: "
+                                 f"{exc.strerror or exc}") from None
+
+    def _render_published(self) -> None:
+        """Render /metrics on the publishing thread, so that no scrape waits for a render."""
+        cache = getattr(self, "cache", None)  # None until built, and without Prometheus
+        if cache is not None:
+            cache.refresh()
 
     def start(self) -> None:
         self.server.start()
+        if self.health_server is not None:
+            self.health_server.start()
         if self.enricher is not None:
             self.enricher.watcher.start()
         self.pipeline.start()
         host, _ = self.config.listen
         scheme = "https" if self.server.tls is not None else "http"
-        log.info("serving metrics on %s://%s:%d/metrics (interval %g s; exporters: %s)",
-                 scheme, host, self.server.port, self.config.interval, ", ".join(self.exporters))
+        log.info("serving metrics on %s://%s/metrics (interval %g s; exporters: %s)",
+                 scheme, _address(host, self.server.port), self.config.interval,
+                 ", ".join(self.exporters))
+        if self.health_server is not None:
+            host, _ = self.config.health_listen
+            log.info("serving health checks on http://%s/healthz and /readyz",
+                     _address(host, self.health_server.port))
 
     def stop(self, final_export_s: float = 2.5) -> None:
         """Stops within a few seconds even if an NVML call or the backend is stuck.
@@ -203,6 +244,8 @@ class Service:
         so the last values are not lost.
         """
         self.server.stop()
+        if self.health_server is not None:
+            self.health_server.stop()
         if self.enricher is not None:
             self.enricher.watcher.stop()
         idle = self.pipeline.stop(timeout=0.5) and not self.sampler.busy()

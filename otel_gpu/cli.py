@@ -17,7 +17,7 @@ from typing import NoReturn
 
 from otel_gpu import __version__
 from otel_gpu._log import configure as configure_logging
-from otel_gpu.config import CONFIG_ENV, OPTIONS, Config, load
+from otel_gpu.config import CONFIG_ENV, OPTIONS, Config, Option, load
 from otel_gpu.errors import SetupError
 
 log = logging.getLogger("otel_gpu")
@@ -38,14 +38,40 @@ def _die(message: str) -> NoReturn:
     raise SystemExit(EXIT_USAGE)
 
 
-def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
+# Settings that only a running service uses: ``check`` samples once, prints, and never
+# listens, waits between samples, keeps state for later, renders names or pushes. Its
+# help leaves them out; it still accepts them (so one set of arguments serves both) and
+# refuses a bad value, as ``serve`` would.
+SERVE_ONLY = frozenset({
+    "listen", "health_listen", "interval", "node_name", "kubelet_interval",
+    "kubelet_grace_period", "dcgm_hostname_label", "dcgm_shared_gpu_copies", "dcgm_devices",
+    "dcgm_pod_label_style", "pod_identity", "otlp_compression", "otlp_timeout",
+    "otlp_interval", "otlp_temporality",
+})
+
+
+def help_text(option: Option) -> str:
+    """The row's help, its variable, and its default as the user would write it, once.
+
+    A row whose help already says what its default is, or with no default
+    (not set), names only the variable.
+    """
+    default = option.default
+    if "default" in option.help or default is None or default == "":
+        return f"{option.help} (${option.env})"
+    shown = str(default).lower() if isinstance(default, bool) else str(default)
+    return f"{option.help} (${option.env}; default {shown})"
+
+
+def _common(parser: argparse.ArgumentParser, suppress: bool, *, check: bool = False) -> None:
     default = argparse.SUPPRESS if suppress else None
     parser.add_argument("--config", metavar="FILE", default=default,
                         help=f"YAML configuration file (also ${CONFIG_ENV})")
     for option in OPTIONS:
+        hidden = check and option.key in SERVE_ONLY
         parser.add_argument(
             *option.flags, dest=option.key, metavar=option.metavar, default=default,
-            help=f"{option.help} (${option.env}; default {option.default})",
+            help=argparse.SUPPRESS if hidden else help_text(option),
         )
 
 
@@ -59,8 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     _common(parser, suppress=False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     _common(sub.add_parser("serve", help="serve metrics (the default)"), suppress=True)
-    _common(sub.add_parser("check", help="sample once and print every device's values"),
-            suppress=True)
+    _common(sub.add_parser("check", help="sample once and print every device's values",
+                           description="Sample once and print every device's values. The "
+                           "flags only a running service uses (listen addresses, intervals, "
+                           "naming labels, OTLP pushing) are accepted and checked, but not "
+                           "listed here."),
+            suppress=True, check=True)
     metrics = sub.add_parser("metrics", help="list the metric catalog")
     metrics.add_argument("--format", choices=("text", "markdown", "migration"), default="text",
                          help="text; markdown (docs/metrics.md); migration (docs/migration.md)")

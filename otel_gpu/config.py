@@ -332,6 +332,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("web_config_file", str | None, None, _optional_text, "FILE",
            "TLS and basic auth for the endpoint: a Prometheus exporter web config file "
            "(tls_server_config, basic_auth_users)"),
+    Option("health_listen", tuple[str, int] | None, None, _optional(parse_listen), "HOST:PORT",
+           "a second, plain-HTTP address serving only /healthz and /readyz, for probes that "
+           "cannot present the client certificate or password the web config asks for "
+           "(default: off)"),
     Option("interval", float, "10s", INTERVAL, _SECONDS,
            f"how often NVML is sampled ({INTERVAL.span}); scrapes in between are served "
            "from the last sample"),

@@ -18,10 +18,19 @@ Threads, and what each owns::
                            answer, after releasing its poll lock, calls
                            Pipeline.pods_changed(), which re-publishes the latest
                            sample with the new pods.
+                           Both publishing threads render the Prometheus body right
+                           after they publish (the ``on_publish`` hook:
+                           RenderCache.refresh), still under Pipeline._lock.
+    otel-gpu-kubelet-wait  k8s.enrich.KubeletWatch, only while no kubelet socket
+                           exists: checks the path every kubelet interval; when it
+                           appears, imports gRPC, builds and starts the watcher
+                           above, and ends. Takes no lock.
     otel-gpu-http          MetricsServer's accept loop; otel-gpu-http-conn, one per
-                           connection (at most 64): /metrics ->
-                           RenderCache -> Telemetry.render() -> instrument
-                           callbacks -> SnapshotStore.latest (one attribute read).
+                           connection (at most 64): /metrics -> RenderCache.get(),
+                           which returns the body rendered on publishing; it renders
+                           (Telemetry.render() -> instrument callbacks ->
+                           SnapshotStore.latest) only before the first publish or
+                           when no publish came for the cache's max_age.
     OTLP reader            the SDK's PeriodicExportingMetricReader thread: the same
                            callbacks, every otlp_interval.
     otel-gpu-retire        short-lived: shuts a replaced MeterProvider down (its
@@ -35,7 +44,9 @@ listed after it, so no cycle can form:
                              Enrich reads a few small bounded files (sysfs NUMA nodes;
                              /proc/<pid>/cgroup and /var/log/pods with process usage).
     2. SnapshotStore._cond   inside 1 only; readers never take it.
-    3. RenderCache._lock     (http) one render at a time; waiters reuse its result.
+    3. RenderCache._lock     inside 1 (the on_publish render), or alone (http, a
+                             fallback render): one render at a time; a scrape
+                             finding it held serves the previous body instead.
     4. Telemetry._lock       inside 3 (render), or alone (the rebuild's swap).
     5. the SDK's own locks   inside 4, and on the OTLP thread.
 
@@ -176,9 +187,12 @@ class Pipeline:
     sampler thread when finished pods' series should be dropped from the
     SDK, or when pods outgrew its cardinality limit (then at once, not at the
     next sample), and may return the (device, pod) pairs the rebuilt SDK has
-    room for. A sample that raises (a bug: driver errors never raise) is logged at
-    most once a minute and retried with exponential backoff capped at
-    ``max_backoff``; the thread never dies of it.
+    room for. ``on_publish`` is called after every publication, under the
+    pipeline's lock (the Prometheus body is rendered there), except one whose
+    pods outgrew the SDK: the release publishes it again at once. A sample that
+    raises (a bug: driver errors never raise) is logged at most once a minute
+    and retried with exponential backoff capped at ``max_backoff``; the thread
+    never dies of it.
     """
 
     def __init__(
@@ -188,6 +202,7 @@ class Pipeline:
         interval: float,
         enrich: Callable[[Snapshot], Snapshot] | None = None,
         release: Callable[[], object] | None = None,
+        on_publish: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         max_backoff: float = 300.0,
     ) -> None:
@@ -196,6 +211,7 @@ class Pipeline:
         self._sample = sample
         self._enrich = enrich
         self._release = release
+        self._on_publish = on_publish
         self._clock = clock
         self._max_backoff = max(max_backoff, interval)
         self._lock = threading.Lock()
@@ -231,6 +247,8 @@ class Pipeline:
                               "rebuilding it with a larger cardinality limit",
                               len(snapshot.allocations()))
             self._wake.set()
+            return  # not rendered by an SDK without room: the release publishes it again
+        self._published()
 
     def _enriched(self, snapshot: Snapshot) -> Snapshot:
         if self._enrich is None:
@@ -259,7 +277,12 @@ class Pipeline:
                 latest = self.store.latest
                 if latest is not None:
                     self.store.publish(latest)
+                    self._published()
         return due
+
+    def _published(self) -> None:
+        if self._on_publish is not None:
+            self._on_publish()
 
     # --- state ---------------------------------------------------------------------------
 

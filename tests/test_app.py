@@ -106,3 +106,86 @@ def test_a_rebuilt_pipeline_keeps_rendering(build_service):
     service.pipeline.publish_sample(replace(snap, seq=2))
     after = service.cache.get().body
     assert b"hw_power_watts{" in before and b"hw_power_watts{" in after
+
+
+def test_a_scrape_after_a_publish_never_renders(build_service):
+    """Every publication (a sample, new pods, a rebuild) renders the body on the publishing
+    thread; the scrapes that follow only serve it."""
+    service = build_service(interval="10s")
+    gpu = Device(T4_UUID, 0, "Tesla T4", "Tesla T4", "00000000:01:00.0")
+    cache = service.cache
+    for seq in (1, 2):
+        service.pipeline.publish_sample(snapshot(DeviceSample(gpu, values={"power": 70000.0}),
+                                                 seq=seq))
+        for _ in range(3):
+            assert cache.get().key == service.pipeline.store.version
+        assert cache.renders == seq
+        assert b"hw_power_watts{" in cache.get().body
+    service.pipeline.pods_changed()  # no enricher here: the same sample published again
+    assert cache.renders == 3
+    cache.get()
+    assert cache.renders == 3
+
+
+def test_every_series_of_256_gpus_is_present(fake_nvml, tmp_path):
+    """Past the SDK's default cardinality limit (2,000 per metric): each GPU has the same
+    series in every family as GPU 0, none folded into an overflow series."""
+    import re
+    from collections import Counter
+
+    from benchmarks.scenarios import NODES, write_scenario
+
+    fake_nvml(write_scenario(NODES["gpus-256"], tmp_path))
+    config = load({"listen": "127.0.0.1:0", "pod_attribution": "false"}, environ={})
+    service = Service(config, Nvml(), environ={})
+    try:
+        service.nvml.init()
+        service.pipeline.publish_sample(service.sampler.sample())
+        body = service.cache.get().body.decode()
+    finally:
+        service.server.server_close()
+        service.telemetry.shutdown(0.5)
+        service.sampler.close()
+    assert "otel_metric_overflow" not in body
+    per_gpu: dict[str, Counter] = {}
+    for line in body.splitlines():
+        match = re.match(r'([a-z_]+)\{.*\bhw_id="(GPU-[^"]+)"', line)
+        if match:
+            per_gpu.setdefault(match.group(2), Counter())[match.group(1)] += 1
+    assert len(per_gpu) == 256
+    first = next(iter(per_gpu.values()))
+    assert first["nvidia_gpu_clock_throttle"] * 256 > 2000  # one metric past the old limit
+    assert all(counts == first for counts in per_gpu.values())
+
+
+def test_grpc_is_imported_only_once_a_kubelet_socket_exists(tmp_path):
+    """Pod attribution on (the default) on a node without a kubelet: no gRPC in memory
+    until the socket appears; then the watcher is built and polls it."""
+    import subprocess
+    import sys
+
+    socket_path = tmp_path / "kubelet.sock"
+    script = f"""
+import sys, time
+from otel_gpu import sim
+from otel_gpu.app import Service
+from otel_gpu.config import load
+from otel_gpu.nvml.library import Nvml
+sim.install(sim.FakeNvml(sim.load_scenario("t4")))
+config = load({{"listen": "127.0.0.1:0", "kubelet_socket": {str(socket_path)!r},
+               "kubelet_interval": "0.1s"}}, environ={{}})
+service = Service(config, Nvml(), environ={{}})
+service.start()
+time.sleep(0.5)
+print("before", "grpc" in sys.modules, service.enricher.watcher.stats.socket_present)
+open({str(socket_path)!r}, "w").close()  # something at the path: the watcher takes over
+deadline = time.monotonic() + 10
+while service.enricher.watcher.watcher is None and time.monotonic() < deadline:
+    time.sleep(0.05)
+print("after", "grpc" in sys.modules, service.enricher.watcher.watcher is not None)
+service.stop(0.5)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["before False False", "after True True"], done.stdout

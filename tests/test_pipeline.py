@@ -237,3 +237,16 @@ def test_no_module_exposes_a_lock():
 
 def test_store_wait_for_returns_at_the_deadline_without_a_sample():
     assert SnapshotStore().wait_for(1, timeout=0.01) is None
+
+
+def test_every_publication_calls_on_publish_after_the_store_has_it():
+    seen: list[int] = []
+    pipeline = Pipeline(_never, interval=10.0, release=lambda: None,
+                        on_publish=lambda: seen.append(pipeline.store.version))
+    pipeline.pods_changed()  # nothing to publish yet
+    assert seen == []
+    pipeline.publish_sample(_snap(1))
+    pipeline.pods_changed()
+    pipeline._release_due = True  # as after pods churned
+    assert pipeline.release_if_due()
+    assert seen == [1, 2, 3]

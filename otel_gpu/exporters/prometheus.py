@@ -1,9 +1,17 @@
 """The Prometheus scrape endpoint: ``/metrics``, ``/healthz`` and ``/readyz``.
 
-The exposition is rendered once per new snapshot and served from a cache,
-so any number of concurrent scrapers cost one render. The cache also
-expires after ``max_age`` seconds even without a new snapshot, so that
-``otel_gpu_sample_age_seconds`` keeps growing while the driver is stuck.
+The exposition is rendered on the publishing path: the pipeline calls
+:meth:`RenderCache.refresh` after each new sample and each pod change, so a
+scrape finds a body already rendered (and gzipped) and only writes it out.
+While a newer body is being rendered, scrapes are served the previous one
+instead of waiting. A scrape renders by itself only when no render is
+running and no body exists yet, or the body's snapshot changed (a cache
+nobody refreshes), or the body is older than ``max_age``: no publish for that
+long means the sampler is stuck, and rendering again is what keeps
+``otel_gpu_sample_age_seconds`` growing. The age in a body is the age when
+it was rendered, so between two samples it stays what it was just after the
+last one (about 0), and while the sampler is stuck it grows in steps of
+``max_age`` at most.
 
 The server is http.server with one thread per connection, bounded against
 clients that misbehave:
@@ -108,10 +116,12 @@ class _Rendered:
 
 
 class RenderCache:
-    """Renders the body when the snapshot changed or the cache is older than ``max_age``.
+    """The rendered body: refreshed by the publisher, rendered by a scrape only as a fallback.
 
     ``render`` produces the whole exposition (the OpenTelemetry registry and
-    any naming profiles).
+    any naming profiles); ``snapshot_key`` names what the latest body should
+    show (the store's version). See the module docstring for when :meth:`get`
+    renders.
     """
 
     def __init__(
@@ -129,17 +139,42 @@ class RenderCache:
         self._lock = threading.Lock()
         self._cached: _Rendered | None = None
         self.renders = 0
+        self._limited = LogLimiter(log, 60.0)
 
     def get(self) -> _Rendered:
+        cached = self._cached
+        if cached is not None and (self._lock.locked() or (
+                cached.key == self._key() and self._clock() - cached.at < self._max_age)):
+            return cached  # current, or a newer one is being rendered: serve this meanwhile
         with self._lock:  # one render at a time; waiters reuse its result
             key = self._key()
             now = self._clock()
             cached = self._cached
             if cached is None or cached.key != key or now - cached.at >= self._max_age:
-                body = self._render()
-                cached = self._cached = _Rendered(key, now, body, gzip.compress(body, 5))
-                self.renders += 1
+                cached = self._render_now(key, now)
             return cached
+
+    def refresh(self) -> None:
+        """Render the latest snapshot now (on the publishing thread), unless already done.
+
+        A failure is logged (at most once a minute), never raised into the publisher:
+        the next scrape then tries again and answers 500 if it fails too.
+        """
+        try:
+            with self._lock:
+                key = self._key()
+                cached = self._cached
+                if cached is None or cached.key != key:
+                    self._render_now(key, self._clock())
+        except Exception as exc:  # noqa: BLE001 - the publisher must outlive a render bug
+            self._limited.log("refresh", logging.ERROR, "rendering /metrics failed: %s at %s",
+                              describe(exc), _where(exc))
+
+    def _render_now(self, key: object, now: float) -> _Rendered:
+        body = self._render()
+        cached = self._cached = _Rendered(key, now, body, gzip.compress(body, 5))
+        self.renders += 1
+        return cached
 
 
 class _Connection:
@@ -299,7 +334,8 @@ class _Handler(BaseHTTPRequestHandler):
                            (("WWW-Authenticate", 'Basic realm="otel-gpu"'),))
                 return
         if server.cache is None:
-            self._text(404, "the prometheus exporter is off (see the exporters setting)\n")
+            self._text(404, "no metrics on this listener: it is the health listener, or the "
+                            "prometheus exporter is off (see the exporters setting)\n")
             return
         try:
             rendered = server.cache.get()

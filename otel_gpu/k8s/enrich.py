@@ -15,21 +15,42 @@ With process usage on, it also maps each device's processes to their
 containers (:mod:`otel_gpu.k8s.processes`: once per sample, the answer kept
 for the kubelet's re-publications of that sample) and attaches the usage per
 (device, container) as :attr:`~otel_gpu.snapshot.Pods.usage`.
+
+gRPC and the kubelet's API stubs cost memory and start-up time (about 12 MiB
+and 90 ms), and a node that is not a Kubernetes node never needs them: the
+collector's watcher is a :class:`KubeletWatch`, which looks for the socket on
+the kubelet interval and imports gRPC and builds the
+:class:`~otel_gpu.k8s.podresources.PodResourcesWatcher` only once something is
+there. Until then each snapshot carries an empty attribution.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING
 
-from otel_gpu._log import ChangeLimiter
-from otel_gpu.k8s.attribution import Attributor
-from otel_gpu.k8s.podresources import PodResourcesWatcher
+from otel_gpu._log import ChangeLimiter, LogLimiter
 from otel_gpu.k8s.processes import ProcessMapper, join_usage
-from otel_gpu.snapshot import PodRef, Pods, PodUsage, Snapshot, UnresolvedId
+from otel_gpu.snapshot import (
+    Attribution,
+    KubeletStats,
+    PodRef,
+    Pods,
+    PodUsage,
+    Snapshot,
+    UnresolvedId,
+)
+
+if TYPE_CHECKING:  # both import gRPC
+    from otel_gpu.k8s.attribution import Attributor
+    from otel_gpu.k8s.podresources import PodResourcesState, PodResourcesWatcher
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +73,102 @@ def _example(u: UnresolvedId) -> str:
     return f"{u.resource_name} {device_id!r} ({u.reason})"
 
 
+class KubeletWatch:
+    """The kubelet watcher, built (importing gRPC) once anything exists at the socket path.
+
+    ``build`` makes the :class:`~otel_gpu.k8s.podresources.PodResourcesWatcher`.
+    :meth:`start` builds it at once when the path exists, else starts the
+    ``otel-gpu-kubelet-wait`` thread, which checks the path every ``interval``
+    and builds and starts the watcher when it appears, then ends. Until then
+    :attr:`state` is None and :attr:`stats` says the socket is absent. A path
+    that exists but is not a socket is the watcher's to report.
+    """
+
+    def __init__(
+        self,
+        socket_path: str | os.PathLike[str],
+        build: Callable[[], PodResourcesWatcher],
+        *,
+        interval: float,
+    ) -> None:
+        self.socket_path = os.fspath(socket_path)
+        self.interval = interval
+        self._build = build
+        self.watcher: PodResourcesWatcher | None = None
+        """Set once, by :meth:`start`, the waiting thread or :meth:`poll_once`."""
+        self._checks = 0
+        self._said_absent = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._limited = LogLimiter(log, 60.0)
+
+    def _ensure(self, *, late: bool = False) -> PodResourcesWatcher | None:
+        if self.watcher is None:
+            if not os.path.lexists(self.socket_path):
+                self._checks += 1
+                if not self._said_absent:
+                    self._said_absent = True
+                    log.info("pod attribution off: no kubelet socket at %s (picked up if it "
+                             "appears; in a container, mount its directory, not the socket "
+                             "file)", self.socket_path)
+                return None
+            self.watcher = self._build()
+            if late:
+                log.info("kubelet pod-resources socket %s is available: pod attribution on",
+                         self.socket_path)
+        return self.watcher
+
+    @property
+    def state(self) -> PodResourcesState | None:
+        watcher = self.watcher
+        return None if watcher is None else watcher.state
+
+    @property
+    def stats(self) -> KubeletStats:
+        watcher = self.watcher
+        if watcher is not None:
+            return watcher.stats
+        return KubeletStats(requests=MappingProxyType({}), last_success_monotonic=None, pods=0,
+                            devices=0, source=None, consecutive_failures=self._checks,
+                            socket_present=False if self._checks else None)
+
+    def start(self) -> None:
+        watcher = self._ensure()
+        if watcher is not None:
+            watcher.start()
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._wait, name="otel-gpu-kubelet-wait",
+                                        daemon=True)
+        self._thread.start()
+
+    def _wait(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                watcher = self._ensure(late=True)
+            except Exception:  # noqa: BLE001 - a bug must not end the wait
+                self._limited.log("build", logging.ERROR,
+                                  "starting the kubelet pod-resources watcher failed",
+                                  exc_info=True)
+                continue
+            if watcher is not None:
+                if not self._stop.is_set():
+                    watcher.start()
+                return
+
+    def poll_once(self) -> bool:
+        watcher = self._ensure()
+        return watcher is not None and watcher.poll_once()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        if self.watcher is not None:
+            self.watcher.stop(timeout)
+
+
 class PodEnricher:
     """Attaches :class:`~otel_gpu.snapshot.Pods` to snapshots; cheap when nothing changed.
 
@@ -61,7 +178,7 @@ class PodEnricher:
 
     def __init__(
         self,
-        watcher: PodResourcesWatcher,
+        watcher: PodResourcesWatcher | KubeletWatch,
         sysfs_root: Path = Path("/"),
         *,
         summary_every: float = SUMMARY_EVERY_S,
@@ -79,10 +196,14 @@ class PodEnricher:
         self._summary_every = summary_every
 
     def __call__(self, snapshot: Snapshot) -> Snapshot:
+        state = self.watcher.state
+        if state is None:  # no kubelet socket yet: nothing to join
+            return replace(snapshot, pods=Pods(Attribution(), self.watcher.stats, None))
         devices = tuple(s.device for s in snapshot.devices)
         if self._attributor is None or self._attributor.devices != devices:
+            from otel_gpu.k8s.attribution import Attributor
+
             self._attributor = Attributor(devices, self.sysfs_root)
-        state = self.watcher.state
         attribution = self._attributor(state)
         self._report_unresolved(attribution.unresolved)
         usage: tuple[PodUsage, ...] = ()

@@ -501,12 +501,17 @@ class PodResourcesWatcher:
                     self.socket_path,
                 )
             return True
-        if before is None:
-            log.warning(
-                "kubelet pod-resources socket %s %s: pod attribution is off until it "
-                "appears (mount its directory into the container, not the socket file)",
+        if before is None and now == _Socket.ABSENT:  # not a Kubernetes node, most likely
+            log.info(
+                "pod attribution off: no kubelet socket at %s (picked up if it appears; "
+                "in a container, mount its directory, not the socket file)",
                 self.socket_path,
-                "not found" if now == _Socket.ABSENT else "is not a socket",
+            )
+        elif before is None:
+            log.warning(
+                "kubelet pod-resources socket %s is not a socket: pod attribution is off "
+                "until it is (mount its directory into the container, not the socket file)",
+                self.socket_path,
             )
         else:
             self._limiter.log(

@@ -124,6 +124,16 @@ class _Tracked:
     """Per NVLink-links field: whether the driver answers its all-links scope (else: summed)."""
     static: dict[str, Mapping[str, float]] = field(default_factory=dict)
     """The answers of the static readers, by reader name: read once."""
+    newly_unsupported: list[str] = field(default_factory=list)
+    """Values found unsupported since the sampler last logged them: appended by the worker
+    thread, logged and emptied by the sampler thread once the job is done."""
+
+    def short_label(self) -> str:
+        """``GPU 3``, or ``GPU 0 MIG 1g.10gb GI 9`` for a MIG instance."""
+        if self.device.is_mig:
+            return (f"GPU {self.device.index} MIG {self.device.mig_profile} "
+                    f"GI {self.device.gpu_instance_id}")
+        return f"GPU {self.device.index}"
 
     def label(self) -> str:
         if self.device.is_mig:
@@ -493,6 +503,7 @@ class Sampler:
             job.done.wait(max(0.0, deadline - self._clock()))
         end = self._clock()
         out: list[DeviceSample] = []
+        answered: list[_Tracked] = []
         for uuid, group in groups.items():
             job = jobs.get(uuid)
             if job is not None and job.done.is_set():
@@ -500,9 +511,36 @@ class Sampler:
                     raise job.error  # a bug, not the driver: the pipeline logs and backs off
                 self._answered(group[0], end)
                 out.extend(self._sample_of(t, end) for t in job.result)
+                answered.extend(job.result)
             else:
                 out.extend(self._hung(t, self._worker(group[0]), end, problems) for t in group)
+        self._log_unsupported(answered)
         return tuple(out)
+
+    @staticmethod
+    def _log_unsupported(devices: list[_Tracked]) -> None:
+        """One line for the node: each value newly found missing, and on which devices.
+
+        Each (device, value) pair is reported once; values missing on the same
+        devices share a clause. Runs on the sampler thread, for devices whose
+        worker is idle.
+        """
+        missing: dict[str, list[str]] = {}
+        for t in devices:
+            for what in t.newly_unsupported:
+                missing.setdefault(what, []).append(t.short_label())
+            t.newly_unsupported.clear()
+        if not missing:
+            return
+        by_devices: dict[tuple[str, ...], list[str]] = {}
+        for what, labels in missing.items():
+            by_devices.setdefault(tuple(labels), []).append(what)
+        clauses = []
+        for labels, whats in by_devices.items():
+            where = labels[0] if len(labels) == 1 else (
+                f"{len(labels)} devices ({', '.join(labels)})")
+            clauses.append(f"{', '.join(whats)} on {where}")
+        log.info("not available, omitted from now on: %s", "; ".join(clauses))
 
     def _sample_of(self, t: _Tracked, now: float) -> DeviceSample:
         return DeviceSample(
@@ -561,9 +599,7 @@ class Sampler:
             self._gpm.read(t, values, newly_unsupported, worker)
         else:
             t.gpm.restart()  # after a failure, a new interval starts
-        if newly_unsupported:  # each (device, value) pair is reported once, in one line
-            log.info("%s: not available, omitted from now on: %s",
-                     t.label(), ", ".join(newly_unsupported))
+        t.newly_unsupported.extend(newly_unsupported)  # logged for the node by the sampler
         if failure is not None and t.failure is None:
             log.error("%s failed: %s; its series are dropped and hw.status reports failed",
                       t.label(), failure)

@@ -230,8 +230,9 @@ Number = int | float
 
 PROFILES_DIR = Path(__file__).with_name("profiles")
 MAX_MIG_DEVICES = 7
-MAX_GPUS = 64
-"""GPUs in one scenario, ``count`` included: more than any real node has."""
+MAX_GPUS = 512
+"""GPUs in one scenario, ``count`` included: more than any real node has (the
+benchmark's largest node), and few enough to keep a scenario's memory small."""
 MAX_SLOW_SECONDS = 3600.0
 NOT_AVAILABLE_ID = 0xFFFFFFFF
 """What NVML puts in a GPU/compute instance id that does not apply."""

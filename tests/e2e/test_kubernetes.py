@@ -158,7 +158,7 @@ def test_socket_absent_at_start_then_appears(collector):
     later.start()
     try:
         _wait_owners(proc, {H100[3]: ("train-3", "ml", "main")})
-        absent = [ln for ln in proc.lines if path in ln and "not found" in ln]
+        absent = [ln for ln in proc.lines if path in ln and "no kubelet socket" in ln]
         assert len(absent) == 1, proc.log  # said once, not once per poll
         assert any(path in ln and "pod attribution on" in ln for ln in proc.lines)
     finally:

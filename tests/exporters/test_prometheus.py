@@ -382,3 +382,89 @@ def test_the_module_bounds(registry):
         assert (srv.max_connections, srv.head_timeout) == (64, 10.0)
     finally:
         srv.server_close()
+
+
+def test_a_refresh_renders_before_the_scrape(registry, clock):
+    key = {"seq": 1}
+    cache = RenderCache(_render(registry), lambda: key["seq"], max_age=10.0, clock=clock)
+    cache.refresh()
+    assert cache.renders == 1
+    cache.refresh()  # nothing new: not rendered again
+    assert cache.get().key == 1 and cache.renders == 1
+    key["seq"] = 2
+    cache.refresh()
+    assert cache.get().key == 2 and cache.renders == 2
+
+
+def test_a_scrape_during_a_refresh_is_served_the_previous_body(clock):
+    key = {"seq": 1}
+    started, release = threading.Event(), threading.Event()
+
+    def render():
+        if key["seq"] == 2:
+            started.set()
+            release.wait(5)
+        return f"demo_seq {key['seq']}\n".encode()
+
+    cache = RenderCache(render, lambda: key["seq"], max_age=10.0, clock=clock)
+    cache.refresh()
+    key["seq"] = 2
+    publisher = threading.Thread(target=cache.refresh)
+    publisher.start()
+    assert started.wait(5)
+    assert cache.get().body == b"demo_seq 1\n"  # no waiting for the render in progress
+    release.set()
+    publisher.join(5)
+    assert cache.get().body == b"demo_seq 2\n" and cache.renders == 2
+
+
+def test_a_failed_refresh_is_logged_and_the_scrape_tries_again(clock, caplog):
+    calls = {"n": 0}
+
+    def render():
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("bug")
+        return b"demo_value 1\n"
+
+    cache = RenderCache(render, lambda: 1, max_age=10.0, clock=clock)
+    with caplog.at_level(logging.ERROR, logger="otel_gpu"):
+        cache.refresh()  # never raises into the publisher
+    assert "rendering /metrics failed: RuntimeError: bug" in caplog.text
+    assert cache.get().body == b"demo_value 1\n" and cache.renders == 1
+
+
+def test_a_body_past_max_age_is_rendered_by_the_scrape(clock):
+    """No publish for max_age (a stuck sampler): the scrape renders, so the age grows."""
+    ages = iter(range(100))
+    cache = RenderCache(lambda: f"age {next(ages)}\n".encode(), lambda: 1, max_age=10.0,
+                        clock=clock)
+    cache.refresh()
+    clock.advance(9.9)
+    assert cache.get().body == b"age 0\n"
+    clock.advance(0.2)
+    assert cache.get().body == b"age 1\n" and cache.renders == 2
+
+
+def test_an_old_body_is_served_while_a_refresh_runs(clock):
+    """A slow node: the body passed max_age while the next one renders; no scrape waits."""
+    key = {"seq": 1}
+    started, release = threading.Event(), threading.Event()
+
+    def render():
+        if key["seq"] == 2:
+            started.set()
+            release.wait(5)
+        return f"demo_seq {key['seq']}\n".encode()
+
+    cache = RenderCache(render, lambda: key["seq"], max_age=10.0, clock=clock)
+    cache.refresh()
+    clock.advance(11.0)
+    key["seq"] = 2
+    publisher = threading.Thread(target=cache.refresh)
+    publisher.start()
+    assert started.wait(5)
+    assert cache.get().body == b"demo_seq 1\n" and cache.renders == 1
+    release.set()
+    publisher.join(5)
+    assert cache.get().body == b"demo_seq 2\n" and cache.renders == 2

@@ -177,11 +177,13 @@ def test_mig_instances_have_their_own_profiling_values(driver, caplog):
     assert by_gi[11] == {}  # the GPU samples it, but it answers no metric
     assert gpm_values(snap.devices[0]) == {"gpm.sm_active": 55.0, "gpm.tensor_active": 30.0}
     assert lib.calls["nvmlGpmMigSampleGet"] == 8  # per instance, through the parent handle
-    # what an instance cannot give is said once, in its own "not available" line
+    # what an instance cannot give is said once, in the node's "not available" line
     mig11 = next(s.device for s in snap.devices if s.device.gpu_instance_id == 11)
     lines = [r.getMessage() for r in caplog.records
-             if mig11.uuid in r.getMessage() and "gpm." in r.getMessage()]
-    assert len(lines) == 1 and "gpm.sm_active (NOT_SUPPORTED)" in lines[0]
+             if "not available" in r.getMessage() and "gpm.sm_active" in r.getMessage()]
+    assert len(lines) == 1
+    assert (f"gpm.sm_active (NOT_SUPPORTED) on GPU 0 MIG {mig11.mig_profile} GI 11"
+            in lines[0].split("; ")), lines[0]
     assert not snap.errors
 
 

@@ -105,8 +105,9 @@ def test_mig_instances_have_memory_only_and_the_parent_leaves_them_alone(sampler
     assert all(d.process_utilization and [p.pid for p in d.processes] == [8101] for d in whole)
     assert all(d.state == OK for d in snap.devices)
     assert not any("process" in e.lower() for e in snap.errors)
-    # NOT_SUPPORTED there: said once per device, then not asked again
-    assert caplog.text.count("nvmlDeviceGetProcessUtilization (NOT_SUPPORTED)") == 5
+    # NOT_SUPPORTED there: said once for the node, naming the devices, then not asked again
+    assert caplog.text.count("nvmlDeviceGetProcessUtilization (NOT_SUPPORTED)") == 1
+    assert "nvmlDeviceGetProcessUtilization (NOT_SUPPORTED) on 5 devices (" in caplog.text
     assert lib.calls["nvmlDeviceGetProcessUtilization"] == 5
 
 

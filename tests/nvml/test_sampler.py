@@ -87,11 +87,45 @@ def test_unsupported_values_are_omitted_logged_once_and_not_asked_again(driver, 
     values = snap.devices[0].values
     assert "temp.memory" not in values and "fan" not in values
     assert "temp.gpu" in values and "energy" in values
-    uuid = snap.devices[0].device.uuid
     lines = [r.getMessage() for r in caplog.records
-             if uuid in r.getMessage() and "temp.memory (NOT_SUPPORTED)" in r.getMessage()]
+             if "temp.memory (NOT_SUPPORTED)" in r.getMessage()]
     assert len(lines) == 1
     assert lib.calls["nvmlDeviceGetFanSpeed"] == 2  # once per GPU, then never again
+
+
+def test_unsupported_values_are_one_line_for_the_node_naming_the_devices(driver, caplog):
+    lib, sampler = driver("h100x8")
+    caplog.set_level(logging.INFO, logger="otel_gpu")
+    for _ in range(3):
+        sampler.sample()
+    lines = [r.getMessage() for r in caplog.records if "not available" in r.getMessage()]
+    assert len(lines) == 1, lines  # not one per GPU, and not again on later samples
+    assert "fan (NOT_SUPPORTED)" in lines[0]
+    assert "on 8 devices (GPU 0, GPU 1, GPU 2, GPU 3, GPU 4, GPU 5, GPU 6, GPU 7)" in lines[0]
+
+
+def test_values_missing_on_some_devices_name_only_those(driver, caplog):
+    lib, sampler = driver("""
+        devices:
+          - name: NVIDIA H100 80GB HBM3
+            count: 2
+            memory: {total: 1000, used: 10}
+            temperature: 40
+            power: 100000
+          - name: NVIDIA H100 80GB HBM3
+            memory: {total: 1000, used: 10}
+            temperature: 40
+            errors: {nvmlDeviceGetPowerUsage: NOT_SUPPORTED}
+    """)
+    caplog.set_level(logging.INFO, logger="otel_gpu")
+    sampler.sample()
+    sampler.sample()
+    lines = [r.getMessage() for r in caplog.records if "not available" in r.getMessage()]
+    assert len(lines) == 1, lines
+    clauses = lines[0].removeprefix("not available, omitted from now on: ").split("; ")
+    power = [c for c in clauses if "power (NOT_SUPPORTED)" in c.split(", ")
+             or c.startswith("power (NOT_SUPPORTED)")]
+    assert power == ["power (NOT_SUPPORTED) on GPU 2"], lines[0]
 
 
 def test_lost_gpu_is_failed_and_the_others_are_read(driver):

@@ -138,10 +138,10 @@ devices:
 
 @pytest.mark.parametrize(("text", "message"), [
     (GPU + "    count: 100000000\n",
-     "devices[0].count: at most 64 GPUs in a scenario (0 before this entry, 100000000 in it)"),
-    (GPU + "    count: 60\n  - name: NVIDIA L4\n    count: 5\n",
-     "devices[1].count: at most 64 GPUs in a scenario (60 before this entry, 5 in it)"),
-    (GPU + "    count: 64\n  - name: NVIDIA L4\n", "devices[1]: at most 64 GPUs in a scenario"),
+     "devices[0].count: at most 512 GPUs in a scenario (0 before this entry, 100000000 in it)"),
+    (GPU + "    count: 510\n  - name: NVIDIA L4\n    count: 5\n",
+     "devices[1].count: at most 512 GPUs in a scenario (510 before this entry, 5 in it)"),
+    (GPU + "    count: 512\n  - name: NVIDIA L4\n", "devices[1]: at most 512 GPUs in a scenario"),
     (GPU + "    power: .inf\n", "devices[0].power: expected a finite number no larger than "
                                 "2^64-1 in size, got inf"),
     (GPU + "    power: .nan\n", "devices[0].power: expected a finite number"),

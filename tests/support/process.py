@@ -17,7 +17,7 @@ from pathlib import Path
 from tests.support.exposition import series
 
 ROOT = Path(__file__).resolve().parents[2]
-_SERVING = re.compile(r"serving metrics on https?://[^:]+:(\d+)/metrics")
+_SERVING = re.compile(r"serving metrics on https?://(?:\[[0-9A-Fa-f:.%]+\]|[^:/\[]+):(\d+)/metrics")
 
 
 def wait_until(predicate: Callable[[], object], timeout: float = 15.0, what: str = "") -> object:

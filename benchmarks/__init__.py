@@ -1,0 +1,1 @@
+"""The performance benchmark: otel-gpu beside two baselines (see docs/performance.md)."""

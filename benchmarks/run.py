@@ -1,0 +1,477 @@
+"""The benchmark: otel-gpu beside a prometheus_client exporter and a static body server.
+
+Each configuration (a node of :mod:`benchmarks.scenarios`) runs three servers
+on the same series, one at a time, interleaved over ``--reps`` repetitions
+(the order rotates each repetition):
+
+- ``otel-gpu``: the real collector, ``python -m otel_gpu --simulate FILE``
+  (pod attribution on, as installed by default; the pods node gets a fake
+  kubelet on a unix socket, the others a socket path that does not exist);
+- ``promclient``: a hand-written prometheus_client exporter holding the
+  collector's series (:mod:`benchmarks.baselines`);
+- ``static``: the collector's body, pre-rendered, served from memory.
+
+Each server is started twice per repetition:
+
+- *cached*: the collector sampling once (``--interval 1h``); a few clients
+  scrape one request at a time per connection, timing each request, for
+  ``--seconds``: scrape latency, server CPU per scrape (utime + stime from
+  ``/proc/PID/stat``), resident memory (VmRSS), and time to ready (from the
+  start of the process to ``/readyz`` 200, or the first ``/metrics`` 200);
+- *cycle*: sampling every ``--interval`` seconds while the same clients scrape
+  with a pause between requests: the latency of the first scrape after each
+  new sample (the one that first sees ``otel_gpu_samples_total`` move) and of
+  every scrape in the phase, server CPU per cycle (the phase's CPU less the
+  scrapes at their cached cost, per sample), and NVML calls per GPU per sample
+  (``otel_gpu_nvml_requests_total`` over ``otel_gpu_samples_total`` and GPUs,
+  between the phase's first and last scrape).
+
+It prints, per configuration, each figure's median with its spread (min-max
+over the repetitions) and its ratio to the baselines, and can write every
+measurement as JSON. Timing goals live here and in docs/performance.md, never
+in the tests; ``--quick`` (one small run) is what the test suite runs.
+
+    python -m benchmarks.run [--quick] [--configs gpus-8,gpus-64] [--reps 3] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import http.client
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchmarks.baselines import series_file
+from benchmarks.scenarios import NODES, Node, gpu_uuids, time_sliced_pods, write_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+KINDS = ("otel-gpu", "promclient", "static")
+_SERVING = re.compile(r"serving metrics on https?://[^:]+:(\d+)/metrics")
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+# --------------------------------------------------------------------------- /proc
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, in seconds."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    fields = text[text.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def value(body: bytes, name: str) -> float | None:
+    """The value of an unlabelled series in a Prometheus text body."""
+    match = re.search(rb"^" + re.escape(name.encode()) + rb" (\S+)$", body, re.M)
+    return float(match.group(1)) if match else None
+
+
+def series_count(body: bytes, prefix: str = "") -> int:
+    """Series (sample lines) in a body, of the families starting with ``prefix``."""
+    start = prefix.encode()
+    return sum(1 for line in body.splitlines()
+               if line and not line.startswith(b"#") and line.startswith(start))
+
+
+# --------------------------------------------------------------------------- servers
+
+
+class Server:
+    """One server process under test; its output is drained on a thread."""
+
+    def __init__(self, argv: list[str], port_file: Path | None = None) -> None:
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.port: int | None = None
+        self.port_file = port_file
+        self.tail: list[str] = []
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.tail = (self.tail + [line.rstrip()])[-20:]
+            match = _SERVING.search(line)
+            if match:
+                self.port = int(match.group(1))
+
+    def wait_ready(self, path: str, timeout: float = 120.0) -> float:
+        """Seconds from the start of the process to the first 200 on ``path``."""
+        deadline = self.started + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("the server exited:\n" + "\n".join(self.tail))
+            if self.port is None and self.port_file is not None and self.port_file.exists():
+                self.port = int(self.port_file.read_text())
+            if self.port is not None:
+                try:
+                    conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+                    conn.request("GET", path)
+                    if conn.getresponse().status == 200:
+                        return time.monotonic() - self.started
+                except OSError:
+                    pass
+            time.sleep(0.005)
+        raise RuntimeError("the server was not ready in time:\n" + "\n".join(self.tail))
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+# --------------------------------------------------------------------------- the client
+
+
+@dataclass
+class Scrape:
+    at: float
+    latency: float
+    samples: float | None
+
+
+@dataclass
+class Client:
+    """Scrapes one request at a time on one kept-alive connection, timing each request."""
+
+    port: int
+    pause: float
+    until: float
+    decode: bool
+    scrapes: list[Scrape] = field(default_factory=list)
+    errors: int = 0
+    last_body: bytes = b""
+
+    def run(self) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        headers = {"Accept-Encoding": "gzip"}
+        while time.monotonic() < self.until:
+            started = time.perf_counter()
+            try:
+                conn.request("GET", "/metrics", headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+            except (OSError, http.client.HTTPException):
+                self.errors += 1
+                conn.close()
+                continue
+            latency = time.perf_counter() - started
+            if resp.status != 200:
+                self.errors += 1
+                continue
+            samples = None
+            if self.decode:
+                body = gzip.decompress(data) if resp.getheader("Content-Encoding") else data
+                samples = value(body, "otel_gpu_samples_total")
+                self.last_body = body
+            self.scrapes.append(Scrape(time.monotonic(), latency, samples))
+            if self.pause:
+                time.sleep(self.pause)
+        conn.close()
+
+
+def scrape_for(port: int, seconds: float, clients: int, pause: float, decode: bool) -> list[Client]:
+    until = time.monotonic() + seconds
+    out = [Client(port, pause, until, decode) for _ in range(clients)]
+    threads = [threading.Thread(target=c.run) for c in out]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def fetch(port: int) -> bytes:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("GET", "/metrics")
+    body = conn.getresponse().read()
+    conn.close()
+    return body
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+# --------------------------------------------------------------------------- one run
+
+
+@dataclass
+class Settings:
+    seconds: float = 4.0
+    interval: float = 2.0
+    clients: int = 2
+    pause: float = 0.02
+    cycle_intervals: int = 4
+
+
+class Bench:
+    def __init__(self, workdir: Path, settings: Settings) -> None:
+        self.workdir = workdir
+        self.settings = settings
+        self.bodies: dict[str, Path] = {}
+        self.series: dict[str, Path] = {}
+        self.kubelets: dict[str, object] = {}
+
+    def close(self) -> None:
+        for kubelet in self.kubelets.values():
+            kubelet.close()  # type: ignore[attr-defined]
+
+    def _socket(self, node: Node) -> str:
+        if not node.pods:
+            return str(self.workdir / "no-kubelet.sock")
+        if node.name not in self.kubelets:
+            from tests.support.kubelet import FakeKubelet
+
+            scenario = write_scenario(node, self.workdir)
+            kubelet = FakeKubelet(str(self.workdir / f"{node.name}.sock"))
+            kubelet.set_pods(time_sliced_pods(gpu_uuids(scenario), node.pods))
+            self.kubelets[node.name] = kubelet.start()
+        return str(self.kubelets[node.name].socket_path)  # type: ignore[attr-defined]
+
+    def start(self, kind: str, node: Node, interval: float) -> tuple[Server, float]:
+        if kind == "otel-gpu":
+            scenario = write_scenario(node, self.workdir)
+            server = Server([sys.executable, "-m", "otel_gpu", "--simulate", str(scenario),
+                             "--listen", "127.0.0.1:0", "--interval", f"{interval:g}",
+                             "--kubelet-socket", self._socket(node),
+                             "--kubelet-interval", "1s", "--log-level", "info"])
+            ready = server.wait_ready("/readyz")
+            if node.pods:  # every pod attributed before anything is measured
+                deadline = time.monotonic() + 120
+                while series_count(fetch(server.port), "nvidia_gpu_k8s_allocation") < node.pods:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the pods never showed")
+                    time.sleep(0.1)
+            return server, ready
+        port_file = self.workdir / f"{kind}-{node.name}-{time.monotonic_ns()}.port"
+        source = self.series[node.name] if kind == "promclient" else self.bodies[node.name]
+        server = Server([sys.executable, "-m", "benchmarks.baselines", kind, "--series",
+                         str(source), "--port-file", str(port_file),
+                         "--interval", f"{interval:g}"], port_file)
+        return server, server.wait_ready("/metrics")
+
+    def capture(self, node: Node) -> None:
+        """The collector's body, for the baselines to hold the same series."""
+        server, _ = self.start("otel-gpu", node, 3600)
+        try:
+            body = fetch(server.port)  # type: ignore[arg-type]
+        finally:
+            server.stop()
+        self.bodies[node.name] = self.workdir / f"{node.name}.prom"
+        self.bodies[node.name].write_bytes(body)
+        self.series[node.name] = self.workdir / f"{node.name}.json"
+        self.series[node.name].write_text(json.dumps(series_file(body.decode())))
+
+    def cached(self, kind: str, node: Node) -> dict:
+        s = self.settings
+        server, ready = self.start(kind, node, 3600)
+        try:
+            port = server.port
+            assert port is not None
+            fetch(port)  # one render paid before the phase, where any server would
+            cpu0 = cpu_seconds(server.proc.pid)
+            clients = scrape_for(port, s.seconds, s.clients, 0.0, False)
+            cpu = cpu_seconds(server.proc.pid) - cpu0
+            latencies = [x.latency for c in clients for x in c.scrapes]
+            body = fetch(port)
+            return {
+                "ready_s": ready,
+                "rss_mib": rss_mib(server.proc.pid),
+                "scrapes": len(latencies),
+                "errors": sum(c.errors for c in clients),
+                "cpu_per_scrape_ms": 1000 * cpu / max(len(latencies), 1),
+                "p50_ms": 1000 * pct(latencies, 0.5),
+                "p99_ms": 1000 * pct(latencies, 0.99),
+                "series": series_count(body),
+                "bytes": len(body),
+            }
+        finally:
+            server.stop()
+
+    def cycle(self, kind: str, node: Node, cached_cpu_ms: float) -> dict:
+        s = self.settings
+        server, _ = self.start(kind, node, s.interval)
+        try:
+            port = server.port
+            assert port is not None
+            first = fetch(port)
+            cpu0 = cpu_seconds(server.proc.pid)
+            clients = scrape_for(port, s.interval * s.cycle_intervals, s.clients, s.pause, True)
+            cpu = cpu_seconds(server.proc.pid) - cpu0
+            last = fetch(port)
+        finally:
+            server.stop()
+        every = [x.latency for c in clients for x in c.scrapes]
+        after = []
+        for c in clients:
+            for before, now in zip(c.scrapes, c.scrapes[1:], strict=False):
+                if now.samples is not None and before.samples is not None \
+                        and now.samples > before.samples:
+                    after.append(now.latency)
+        out = {
+            "scrapes": len(every),
+            "errors": sum(c.errors for c in clients),
+            "p50_ms": 1000 * pct(every, 0.5),
+            "p99_ms": 1000 * pct(every, 0.99),
+            "after_sample_p50_ms": 1000 * pct(after, 0.5),
+            "after_sample_p99_ms": 1000 * pct(after, 0.99),
+            "after_sample_scrapes": len(after),
+        }
+        samples = [value(b, "otel_gpu_samples_total") for b in (first, last)]
+        if kind != "static" and None not in samples and samples[1] > samples[0]:  # type: ignore[operator]
+            cycles = samples[1] - samples[0]  # type: ignore[operator]
+            out["cpu_per_cycle_ms"] = 1000 * max(
+                cpu - len(every) * cached_cpu_ms / 1000, 0.0) / cycles
+        if kind == "otel-gpu":
+            calls = [value(b, "otel_gpu_nvml_requests_total") for b in (first, last)]
+            if None not in calls and None not in samples and samples[1] > samples[0]:  # type: ignore[operator]
+                out["nvml_calls_per_gpu_per_sample"] = (
+                    (calls[1] - calls[0]) / (samples[1] - samples[0]) / node.gpus)  # type: ignore[operator]
+        return out
+
+
+# --------------------------------------------------------------------------- report
+
+
+def run(configs: list[str], reps: int, settings: Settings, log=print) -> dict:
+    """Every measurement: results[config][kind] = list (one per repetition) of phases."""
+    results: dict[str, dict[str, list[dict]]] = {}
+    with tempfile.TemporaryDirectory(prefix="otel-gpu-bench-") as tmp:
+        bench = Bench(Path(tmp), settings)
+        try:
+            for name in configs:
+                bench.capture(NODES[name])
+            for rep in range(reps):
+                for name in configs:
+                    node = NODES[name]
+                    order = KINDS[rep % 3:] + KINDS[:rep % 3]
+                    for kind in order:
+                        cached = bench.cached(kind, node)
+                        cycle = bench.cycle(kind, node, cached["cpu_per_scrape_ms"])
+                        results.setdefault(name, {}).setdefault(kind, []).append(
+                            {"cached": cached, "cycle": cycle})
+                        log(f"rep {rep + 1}/{reps} {name:9} {kind:10} "
+                            f"cached p50 {cached['p50_ms']:.2f} ms, "
+                            f"cpu/scrape {cached['cpu_per_scrape_ms']:.2f} ms; "
+                            f"after-sample p50 {cycle['after_sample_p50_ms']:.2f} ms")
+        finally:
+            bench.close()
+    return results
+
+
+FIGURES = (
+    ("cached", "p50_ms", "cached scrape p50 (ms)"),
+    ("cached", "p99_ms", "cached scrape p99 (ms)"),
+    ("cached", "cpu_per_scrape_ms", "server CPU per cached scrape (ms)"),
+    ("cycle", "after_sample_p50_ms", "first scrape after a sample, p50 (ms)"),
+    ("cycle", "after_sample_p99_ms", "first scrape after a sample, p99 (ms)"),
+    ("cycle", "p50_ms", "every scrape while sampling, p50 (ms)"),
+    ("cycle", "p99_ms", "every scrape while sampling, p99 (ms)"),
+    ("cycle", "cpu_per_cycle_ms", "server CPU per sample cycle, scrapes excluded (ms)"),
+    ("cached", "rss_mib", "RSS (MiB)"),
+    ("cached", "ready_s", "time to ready (s)"),
+    ("cycle", "nvml_calls_per_gpu_per_sample", "NVML calls per GPU per sample"),
+    ("cached", "series", "series"),
+)
+
+
+def spread(values: list[float]) -> str:
+    values = [v for v in values if v == v]
+    if not values:
+        return "-"
+    med = statistics.median(values)
+    if len(values) == 1:
+        return f"{med:.3g}"
+    return f"{med:.3g} ({min(values):.3g}-{max(values):.3g})"
+
+
+def medians(runs: list[dict], phase: str, key: str) -> list[float]:
+    return [r[phase][key] for r in runs if key in r[phase] and r[phase][key] == r[phase][key]]
+
+
+STATIC_STANDS_IN = {"after_sample_p50_ms": "p50_ms", "after_sample_p99_ms": "p99_ms"}
+"""The static body has no samples: its every-scrape figure is what it serves after one."""
+
+
+def table(results: dict) -> str:
+    """Markdown: per configuration, each figure's median (min-max) per server, and ratios."""
+    lines = []
+    for name, kinds in results.items():
+        lines += [f"### {name}", "",
+                  "| figure | otel-gpu | promclient | static | otel-gpu / promclient "
+                  "| otel-gpu / static |", "|---|---|---|---|---|---|"]
+        for phase, key, label in FIGURES:
+            cells, meds = [], {}
+            for kind in KINDS:
+                vals = medians(kinds.get(kind, []), phase,
+                               STATIC_STANDS_IN.get(key, key) if kind == "static" else key)
+                cells.append(spread(vals))
+                if vals:
+                    meds[kind] = statistics.median(vals)
+            ratios = []
+            for base in ("promclient", "static"):
+                if "otel-gpu" in meds and meds.get(base):
+                    ratios.append(f"{meds['otel-gpu'] / meds[base]:.2f}")
+                else:
+                    ratios.append("-")
+            lines.append(f"| {label} | " + " | ".join(cells + ratios) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="one short repetition at 8 GPUs (the test suite's smoke run)")
+    parser.add_argument("--configs", default=",".join(NODES),
+                        help=f"comma-separated, of {', '.join(NODES)}")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=4.0,
+                        help="length of each cached phase")
+    parser.add_argument("--interval", type=float, default=2.0,
+                        help="sample interval in the cycle phase")
+    parser.add_argument("--json", type=Path, help="write every measurement here")
+    args = parser.parse_args(argv)
+    settings = Settings(seconds=args.seconds, interval=args.interval)
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    unknown = [c for c in configs if c not in NODES]
+    if unknown:
+        parser.error(f"unknown configuration(s): {', '.join(unknown)}")
+    reps = args.reps
+    if args.quick:
+        configs, reps = ["gpus-8"], 1
+        settings = Settings(seconds=1.0, interval=0.5, cycle_intervals=4)
+    results = run(configs, reps, settings, log=lambda line: print(line, file=sys.stderr))
+    print(table(results))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,92 @@
+"""The benchmark's nodes: scenario files for ``--simulate`` and the fake kubelet's pods.
+
+Every node is built from the ``h100x8`` profile (eight H100s, two entries of
+four), its entries' ``count`` scaled to the number of GPUs asked for.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from otel_gpu.sim.scenario import PROFILES_DIR
+
+MIG_INSTANCES = 7
+"""Instances per GPU on the MIG node: seven ``1g.10gb``, an H100's most."""
+H100_1G_GI_IDS = (7, 8, 9, 10, 11, 12, 13)
+
+
+@dataclass(frozen=True)
+class Node:
+    """One benchmark configuration: its name, GPUs, MIG instances per GPU and pods."""
+
+    name: str
+    gpus: int
+    mig: int = 0
+    pods: int = 0
+
+    @property
+    def devices(self) -> int:
+        """Devices with their own series: the GPUs, and their MIG instances."""
+        return self.gpus * (1 + self.mig)
+
+
+NODES = {
+    "gpus-8": Node("gpus-8", 8),
+    "gpus-64": Node("gpus-64", 64),
+    "gpus-256": Node("gpus-256", 256),
+    "mig-8x7": Node("mig-8x7", 8, mig=MIG_INSTANCES),
+    "pods-500": Node("pods-500", 8, pods=500),
+}
+
+
+def scenario(node: Node) -> dict:
+    """The scenario mapping for ``node``."""
+    data = yaml.safe_load((PROFILES_DIR / "h100x8.yaml").read_text())
+    data["name"] = f"bench-{node.name}"
+    first, second = data["devices"][:2]
+    first["count"] = (node.gpus + 1) // 2
+    second["count"] = node.gpus // 2
+    entries = [e for e in (first, second) if e["count"]]
+    for entry in entries:
+        # a process listed for GPUs past this entry's count is refused
+        for proc in entry.get("processes") or ():
+            proc["positions"] = [p for p in proc.get("positions", [0]) if p < entry["count"]]
+        entry["processes"] = [p for p in entry.get("processes") or () if p["positions"]]
+        if node.mig:
+            entry["mig"] = [
+                {"profile": "1g.10gb", "gpu_instance_id": gi, "compute_instance_id": 0,
+                 "memory": {"total": 10200547328, "used": 536870912}}
+                for gi in H100_1G_GI_IDS[:node.mig]
+            ]
+            entry.pop("processes", None)
+    data["devices"] = [copy.deepcopy(e) for e in entries]
+    return data
+
+
+def write_scenario(node: Node, directory: Path) -> Path:
+    path = directory / f"{node.name}.yaml"
+    path.write_text(yaml.safe_dump(scenario(node), sort_keys=False))
+    return path
+
+
+def gpu_uuids(path: Path) -> list[str]:
+    """The UUIDs the simulator gives the scenario's GPUs, in index order."""
+    from otel_gpu.sim.scenario import load_scenario
+
+    return [gpu.uuid for gpu in load_scenario(str(path)).devices]
+
+
+def time_sliced_pods(uuids: list[str], pods: int) -> list:
+    """``pods`` pods, each holding one time-slicing replica of a GPU, round robin."""
+    from tests.support.kubelet import container, devices, pod
+
+    return [
+        pod(f"slice-{i}", container("srv", devices("nvidia.com/gpu",
+                                                   f"{uuids[i % len(uuids)]}::{i // len(uuids)}")),
+            namespace="bench")
+        for i in range(pods)
+    ]

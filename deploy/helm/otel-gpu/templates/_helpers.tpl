@@ -1,0 +1,77 @@
+{{- define "otel-gpu.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "otel-gpu.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "otel-gpu.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "otel-gpu.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "otel-gpu.labels" -}}
+{{ include "otel-gpu.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end }}
+
+{{- define "otel-gpu.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "otel-gpu.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "otel-gpu.webConfigSecret" -}}
+{{- default (printf "%s-web-config" (include "otel-gpu.fullname" .)) .Values.webConfig.existingSecret }}
+{{- end }}
+
+{{/* ServiceMonitor: the value when set, else on when the Prometheus Operator API exists. */}}
+{{- define "otel-gpu.serviceMonitorEnabled" -}}
+{{- if kindIs "bool" .Values.serviceMonitor.enabled }}
+{{- if .Values.serviceMonitor.enabled }}true{{ end }}
+{{- else if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" }}true
+{{- end }}
+{{- end }}
+
+{{/* The configuration file otel-gpu reads. */}}
+{{- define "otel-gpu.config" -}}
+{{- $c := dict "listen" (printf "0.0.0.0:%d" (int .Values.port)) "interval" .Values.interval "naming" .Values.naming "log_format" .Values.logFormat }}
+{{- $_ := set $c "pod_attribution" .Values.podAttribution.enabled }}
+{{- if .Values.podAttribution.enabled }}
+{{- $_ := set $c "kubelet_socket" "/var/lib/kubelet/pod-resources/kubelet.sock" }}
+{{- end }}
+{{- if .Values.numa.enabled }}
+{{- $_ := set $c "sysfs_root" "/host" }}
+{{- end }}
+{{- $_ := set $c "process_usage" .Values.processUsage.enabled }}
+{{- if .Values.webConfig.enabled }}
+{{- $_ := set $c "web_config_file" "/etc/otel-gpu/web/web-config.yml" }}
+{{- end }}
+{{- if .Values.healthListen.port }}
+{{- $_ := set $c "health_listen" (printf "0.0.0.0:%d" (int .Values.healthListen.port)) }}
+{{- end }}
+{{- if .Values.otlp.endpoint }}
+{{- $_ := set $c "otlp_endpoint" .Values.otlp.endpoint }}
+{{- if .Values.otlp.protocol }}
+{{- $_ := set $c "otlp_protocol" .Values.otlp.protocol }}
+{{- end }}
+{{- if .Values.otlp.headersSecret.name }}
+{{- $_ := set $c "otlp_headers_file" (printf "/etc/otel-gpu/otlp/%s" .Values.otlp.headersSecret.key) }}
+{{- end }}
+{{- end }}
+{{- toYaml (mergeOverwrite $c .Values.config) }}
+{{- end }}

@@ -1,0 +1,76 @@
+"""Every PromQL expression in the README, docs/ and examples/ (fenced ```promql
+blocks) returns data from a real Prometheus scraping otel-gpu with pods on whole,
+shared and MIG devices, a free GPU, and process usage on."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.deploy.conftest import ROOT
+
+FENCE = re.compile(r"^```promql\n(.*?)^```", re.S | re.M)
+SOURCES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+           *sorted((ROOT / "examples").rglob("*.md"))]
+
+
+def expressions(text: str) -> list[str]:
+    """The expressions of the promql blocks: separated by blank or comment lines."""
+    found = []
+    for block in FENCE.findall(text):
+        current: list[str] = []
+        for line in [*block.splitlines(), ""]:
+            if line.strip() and not line.lstrip().startswith("#"):
+                current.append(line)
+            elif current:
+                found.append("\n".join(current))
+                current = []
+    return found
+
+
+def _all() -> list[tuple[str, str]]:
+    out = []
+    for path in SOURCES:
+        for i, expr in enumerate(expressions(path.read_text())):
+            out.append((f"{path.relative_to(ROOT)}#{i}", expr))
+    return out
+
+
+QUERIES = _all()
+
+
+def test_expressions_are_split_at_blank_and_comment_lines():
+    text = "```promql\n# a\nfoo\n* on (x)\n  bar\n\n# b\nbaz\n```\n```sh\nnot_promql\n```\n"
+    assert expressions(text) == ["foo\n* on (x)\n  bar", "baz"]
+
+
+def test_the_docs_have_queries_in_promql_blocks():
+    where = {name.split("#")[0] for name, _ in QUERIES}
+    assert {"README.md", "docs/kubernetes.md"} <= where
+    assert len(QUERIES) >= 10
+    # the fixed ones: pods counted once, MIG pods joined, the task regex
+    joined = "\n".join(expr for _, expr in QUERIES)
+    pods_per_gpu = "count by (hw_id, k8s_namespace_name, k8s_pod_name) (nvidia_gpu_k8s_allocation)"
+    assert pods_per_gpu in joined
+    assert 'hw_gpu_task=~"general|encoder|decoder"' in joined
+    assert "nvidia_gpu_sm_activity\n* on (hw_id) group_right" in joined
+
+
+@pytest.mark.parametrize(("where", "expr"), QUERIES, ids=[w for w, _ in QUERIES])
+def test_every_documented_query_returns_data(node_stack, where, expr):
+    node_stack.wait_for_data(expr)
+
+
+def test_pods_per_gpu_counts_pods_not_replicas(node_stack):
+    (expr,) = [e for _, e in QUERIES if "count by (hw_id, k8s_namespace_name" in e]
+    result = node_stack.wait_for_data(expr)
+    counts = sorted(value for _, value in result)
+    # GPU 1 is shared by two pods over three replicas; the others have one holder
+    assert max(counts) == 2, result
+
+
+def test_the_activity_join_includes_mig_pods(node_stack):
+    (expr,) = [e for _, e in QUERIES if e.startswith("  nvidia_gpu_sm_activity")]
+    pods = {labels["k8s_pod_name"] for labels, _ in node_stack.wait_for_data(expr)}
+    assert {"mig-big", "mig-small", "api-a", "api-b", "train-0"} <= pods
