@@ -190,11 +190,6 @@ LOG_WINDOW_S = 0.5
 _FAILURES = ("Transient error", "Failed to export")
 
 
-def _suppressed(line: str) -> int:
-    """The count in a rate-limited line's "(N similar messages suppressed)" suffix."""
-    head, sep, _ = line.rpartition(" similar messages suppressed)")
-    return int(head.rpartition("(")[2]) if sep else 0
-
 
 def test_backend_down_for_many_exports(collector, receiver):
     """An outage of hundreds of failed exports and many log windows, in seconds.
@@ -250,8 +245,10 @@ def test_backend_down_for_many_exports(collector, receiver):
         assert 0 < logged <= windows + 1, (
             f"{failure!r} logged {logged} times in {windows:.1f} windows:\n" + proc.log
         )
-    held_back = sum(_suppressed(ln) for ln in lines)
-    assert len(lines) + held_back > len(_FAILURES) * (windows + 1), proc.log
+    # every failed attempt logs a warning without the limit: far more than it lets through
+    # (counted from the receiver, not from the log's own "suppressed" notes, whose last
+    # window is still open when the lines are taken)
+    assert failed_attempts() > len(_FAILURES) * (windows + 1) >= len(lines), proc.log
     # back up on the same port: delivery resumes
     receiver.clear()
     receiver.start()
