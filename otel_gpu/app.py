@@ -198,7 +198,7 @@ class Service:
                 pod_label_style=config.dcgm_pod_label_style,
             )
             self.cache = RenderCache(
-                lambda: self.telemetry.render() + naming.render_profiles(profiles, store.latest),
+                lambda: self._body(profiles),
                 lambda: store.version, max_age=render_max_age(config.interval), clock=clock,
             )
         web = load_web_config(config.web_config_file) if config.web_config_file else None
@@ -219,6 +219,11 @@ class Service:
         cache = getattr(self, "cache", None)  # None until built, and without Prometheus
         if cache is not None:
             cache.refresh()
+
+    def _body(self, profiles: list[naming.Profile]) -> bytes:
+        """The whole exposition, every part from the same snapshot."""
+        snapshot = self.pipeline.store.latest
+        return self.telemetry.render(snapshot) + naming.render_profiles(profiles, snapshot)
 
     def start(self) -> None:
         self.server.start()

@@ -278,6 +278,7 @@ class Telemetry:
         self._clock = clock
         self._catalog = catalog
         self._lock = threading.Lock()
+        self._pinned: Snapshot | None = None
         self.cardinality_limit, self.room = cardinality(self._latest(), catalog)
         """The current provider's limit, and the (device, pod) pairs it has room for."""
         self._current = self._build(self.cardinality_limit)
@@ -285,16 +286,30 @@ class Telemetry:
 
     def _build(self, limit: int) -> tuple[MeterProvider, Callable[[], bytes] | None]:
         readers, render = self._readers()
-        provider = build_meter_provider(self._resource, readers, self._latest,
+        provider = build_meter_provider(self._resource, readers, self._snapshot,
                                         clock=self._clock, catalog=self._catalog,
                                         cardinality_limit=limit)
         return provider, render
 
-    def render(self) -> bytes:
-        """The Prometheus text of the OpenTelemetry instruments (empty without that reader)."""
+    def _snapshot(self) -> Snapshot | None:
+        """What the instrument callbacks read: during a render, the one snapshot it began
+        with, so that a publish in the middle cannot mix two samples (or a sample with and
+        without its pods) in one body."""
+        pinned = self._pinned
+        return pinned if pinned is not None else self._latest()
+
+    def render(self, snapshot: Snapshot | None = None) -> bytes:
+        """The Prometheus text of the OpenTelemetry instruments (empty without that reader),
+        from ``snapshot`` (default: the latest)."""
         with self._lock:
             _, render = self._current
-            return render() if render is not None else b""
+            if render is None:
+                return b""
+            self._pinned = snapshot if snapshot is not None else self._latest()
+            try:
+                return render()
+            finally:
+                self._pinned = None
 
     def rebuild(self) -> int:
         """Swap in a new provider sized for the latest snapshot; the pairs it has room for."""

@@ -191,3 +191,36 @@ def test_cardinality_counts_devices_series_and_pods():
     plain = snapshot(DeviceSample(GPU, OK, MappingProxyType({"power": 300_000})))
     # never below the default
     assert cardinality(plain, catalog=()) == (SDK_CARDINALITY_LIMIT, SDK_CARDINALITY_LIMIT - 1)
+
+
+def test_one_render_reads_one_snapshot_even_if_a_publish_lands_in_the_middle():
+    from otel_gpu.exporters.prometheus import new_reader
+    from otel_gpu.telemetry import Telemetry
+
+    def sample_of(watts: float, seq: int):
+        values = MappingProxyType({"power": watts * 1000, "memory.used": seq,
+                                   "memory.total": 100.0, "temp.gpu": seq})
+        return snapshot(DeviceSample(GPU, OK, values), seq=seq)
+
+    first, second = sample_of(100.0, 1), sample_of(200.0, 2)
+    calls = {"n": 0}
+
+    def latest():  # the first read sees sample 1; every later one, sample 2
+        calls["n"] += 1
+        return first if calls["n"] == 1 else second
+
+    def readers():
+        reader, render = new_reader()
+        return [reader], render
+
+    telemetry = Telemetry(build_resource(environ={}), latest, readers)
+    calls["n"] = 0  # from here on, as the store would answer: sample 2 published mid-render
+    try:
+        body = telemetry.render().decode()
+    finally:
+        telemetry.shutdown(0.5)
+    assert calls["n"] == 1, "every instrument must read the snapshot the render began with"
+    assert "hw_power_watts{" in body and " 100.0" in body.split("hw_power_watts{")[1]
+    assert 'hw_temperature_celsius{' in body
+    temps = [ln for ln in body.splitlines() if ln.startswith("hw_temperature_celsius{")]
+    assert temps and all(ln.endswith(" 1.0") for ln in temps), temps
