@@ -11,7 +11,6 @@ import base64
 import http.client
 import json
 import os
-import select
 import shutil
 import signal
 import socket
@@ -29,7 +28,7 @@ import pytest
 
 from otel_gpu.exporters.prometheus import MAX_CONNECTIONS, listen_backlog
 from tests.support.certs import make_certs
-from tests.support.process import http_get, wait_until
+from tests.support.process import connections_left_waiting, http_get, wait_until
 
 
 def _basic(user: str, password: str) -> str:
@@ -189,25 +188,12 @@ def test_a_burst_of_200_connections_fits_the_listen_backlog(collector):
     if listen_backlog() < 201:
         pytest.skip("net.core.somaxconn is below 201 on this machine")
     proc = collector("--simulate", "t4")
-    socks = []
     os.kill(proc.proc.pid, signal.SIGSTOP)
     try:
-        for _ in range(200):
-            sock = socket.socket()
-            sock.setblocking(False)
-            sock.connect_ex(("127.0.0.1", proc.port))
-            socks.append(sock)
-        deadline = time.monotonic() + 0.8  # a dropped SYN is retried after 1 s
-        pending = set(socks)
-        while pending and time.monotonic() < deadline:
-            _, writable, _ = select.select([], list(pending), [], 0.05)
-            pending -= {s for s in writable
-                        if s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0}
-        assert not pending, f"{len(pending)} of 200 connections waited for a SYN retry"
+        waiting = connections_left_waiting(proc.port, 200)
     finally:
         os.kill(proc.proc.pid, signal.SIGCONT)
-        for sock in socks:
-            sock.close()
+    assert waiting == 0, f"{waiting} of 200 connections waited for a SYN retry"
     assert proc.get("/healthz")[0] == 200
 
 

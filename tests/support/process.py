@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -128,3 +130,25 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60.0
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
     )
     return done.returncode, done.stdout, done.stderr
+
+
+def connections_left_waiting(port: int, count: int = 200, within: float = 0.8) -> int:
+    """Open ``count`` connections at once: how many had no completed handshake ``within``
+    seconds (a SYN the listen backlog dropped is retried only after 1 s)."""
+    socks = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.setblocking(False)
+            sock.connect_ex(("127.0.0.1", port))
+            socks.append(sock)
+        deadline = time.monotonic() + within
+        pending = set(socks)
+        while pending and time.monotonic() < deadline:
+            _, writable, _ = select.select([], list(pending), [], 0.05)
+            pending -= {s for s in writable
+                        if s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0}
+        return len(pending)
+    finally:
+        for sock in socks:
+            sock.close()
