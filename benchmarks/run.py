@@ -21,10 +21,15 @@ Each server is started twice per repetition:
 - *cycle*: sampling every ``--interval`` seconds while the same clients scrape
   with a pause between requests: the latency of the first scrape after each
   new sample (the one that first sees ``otel_gpu_samples_total`` move) and of
-  every scrape in the phase, server CPU per cycle (the phase's CPU less the
-  scrapes at their cached cost, per sample), and NVML calls per GPU per sample
+  every scrape in the phase; then as many intervals again with nobody
+  scraping: server CPU per cycle (that window's CPU per sample, from the
+  threads' nanosecond counters: sampling and, for the collector, the render on
+  publishing); NVML calls per GPU per sample
   (``otel_gpu_nvml_requests_total`` over ``otel_gpu_samples_total`` and GPUs,
-  between the phase's first and last scrape).
+  between the phase's first and last scrape);
+- *cycle with OTLP* (otel-gpu only): the cycle again, with the collector also
+  pushing OTLP over gRPC every ``--interval`` to a receiver in this process
+  (``tests.support.otlp_receiver``): what OTLP adds to the CPU per cycle.
 
 It prints, per configuration, each figure's median with its spread (min-max
 over the repetitions) and its ratio to the baselines, and can write every
@@ -70,6 +75,34 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
+def thread_cpu(pid: int) -> tuple[frozenset[str], float] | None:
+    """A process's live threads, and their CPU seconds from the nanosecond counters of
+    ``/proc/PID/task/*/schedstat`` (``/proc/PID/stat`` counts 10 ms ticks); None if a
+    thread vanished while being read."""
+    total, tids = 0, []
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            total += int((task / "schedstat").read_text().split()[0])
+            tids.append(task.name)
+    except (OSError, ValueError, IndexError):
+        return None
+    return frozenset(tids), total / 1e9
+
+
+def window_cpu(pid: int) -> tuple[tuple[frozenset[str], float] | None, float]:
+    """Both CPU clocks of ``pid`` now, for :func:`window_seconds`."""
+    return thread_cpu(pid), cpu_seconds(pid)
+
+
+def window_seconds(pid: int, start: tuple[tuple[frozenset[str], float] | None, float]) -> float:
+    """CPU seconds since ``start``: from the threads' counters when every thread there at the
+    start is still there (an ended thread takes its time with it), else from the ticks."""
+    fine, ticks = window_cpu(pid)
+    if fine is not None and start[0] is not None and start[0][0] <= fine[0]:
+        return fine[1] - start[0][1]
+    return ticks - start[1]
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -96,10 +129,12 @@ def series_count(body: bytes, prefix: str = "") -> int:
 class Server:
     """One server process under test; its output is drained on a thread."""
 
-    def __init__(self, argv: list[str], port_file: Path | None = None) -> None:
+    def __init__(self, argv: list[str], port_file: Path | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.started = time.monotonic()
         self.proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env=None if env is None else {**os.environ, **env})
         self.port: int | None = None
         self.port_file = port_file
         self.tail: list[str] = []
@@ -227,6 +262,7 @@ class Settings:
     clients: int = 2
     pause: float = 0.02
     cycle_intervals: int = 4
+    otlp: bool = True
 
 
 class Bench:
@@ -236,10 +272,23 @@ class Bench:
         self.bodies: dict[str, Path] = {}
         self.series: dict[str, Path] = {}
         self.kubelets: dict[str, object] = {}
+        self.receiver: object | None = None
 
     def close(self) -> None:
         for kubelet in self.kubelets.values():
             kubelet.close()  # type: ignore[attr-defined]
+        if self.receiver is not None:
+            self.receiver.stop()  # type: ignore[attr-defined]
+
+    def otlp_env(self, interval: float) -> dict[str, str]:
+        """Variables pointing the collector at this process's OTLP receiver, gRPC, every
+        ``interval``."""
+        if self.receiver is None:
+            from tests.support.otlp_receiver import OtlpReceiver
+
+            self.receiver = OtlpReceiver(http=False).start()
+        return {**self.receiver.env("grpc"),  # type: ignore[attr-defined]
+                "OTEL_METRIC_EXPORT_INTERVAL": f"{interval * 1000:g}"}
 
     def _socket(self, node: Node) -> str:
         if not node.pods:
@@ -253,13 +302,14 @@ class Bench:
             self.kubelets[node.name] = kubelet.start()
         return str(self.kubelets[node.name].socket_path)  # type: ignore[attr-defined]
 
-    def start(self, kind: str, node: Node, interval: float) -> tuple[Server, float]:
+    def start(self, kind: str, node: Node, interval: float,
+              env: dict[str, str] | None = None) -> tuple[Server, float]:
         if kind == "otel-gpu":
             scenario = write_scenario(node, self.workdir)
             server = Server([sys.executable, "-m", "otel_gpu", "--simulate", str(scenario),
                              "--listen", "127.0.0.1:0", "--interval", f"{interval:g}",
                              "--kubelet-socket", self._socket(node),
-                             "--kubelet-interval", "1s", "--log-level", "info"])
+                             "--kubelet-interval", "1s", "--log-level", "info"], env=env)
             ready = server.wait_ready("/readyz")
             if node.pods:  # every pod attributed before anything is measured
                 deadline = time.monotonic() + 120
@@ -313,16 +363,22 @@ class Bench:
         finally:
             server.stop()
 
-    def cycle(self, kind: str, node: Node, cached_cpu_ms: float) -> dict:
+    def cycle(self, kind: str, node: Node, otlp: bool = False) -> dict:
         s = self.settings
-        server, _ = self.start(kind, node, s.interval)
+        env = self.otlp_env(s.interval) if otlp else None
+        server, _ = self.start(kind, node, s.interval, env)
         try:
             port = server.port
             assert port is not None
             first = fetch(port)
-            cpu0 = cpu_seconds(server.proc.pid)
             clients = scrape_for(port, s.interval * s.cycle_intervals, s.clients, s.pause, True)
-            cpu = cpu_seconds(server.proc.pid) - cpu0
+            # then as many intervals with no scrape at all: the CPU of the cycles alone
+            mid = fetch(port)
+            pushes0 = len(self.receiver.requests) if otlp else 0  # type: ignore[attr-defined]
+            cpu0 = window_cpu(server.proc.pid)
+            time.sleep(s.interval * s.cycle_intervals)
+            cpu = window_seconds(server.proc.pid, cpu0)
+            pushes = len(self.receiver.requests) - pushes0 if otlp else 0  # type: ignore[attr-defined]
             last = fetch(port)
         finally:
             server.stop()
@@ -342,11 +398,13 @@ class Bench:
             "after_sample_p99_ms": 1000 * pct(after, 0.99),
             "after_sample_scrapes": len(after),
         }
+        quiet = [value(b, "otel_gpu_samples_total") for b in (mid, last)]
+        if kind != "static" and None not in quiet and quiet[1] > quiet[0]:  # type: ignore[operator]
+            cycles = quiet[1] - quiet[0]  # type: ignore[operator]
+            out["cpu_per_cycle_ms"] = 1000 * cpu / cycles
+            if otlp:
+                out["otlp_pushes_per_cycle"] = pushes / cycles
         samples = [value(b, "otel_gpu_samples_total") for b in (first, last)]
-        if kind != "static" and None not in samples and samples[1] > samples[0]:  # type: ignore[operator]
-            cycles = samples[1] - samples[0]  # type: ignore[operator]
-            out["cpu_per_cycle_ms"] = 1000 * max(
-                cpu - len(every) * cached_cpu_ms / 1000, 0.0) / cycles
         if kind == "otel-gpu":
             calls = [value(b, "otel_gpu_nvml_requests_total") for b in (first, last)]
             if None not in calls and None not in samples and samples[1] > samples[0]:  # type: ignore[operator]
@@ -372,9 +430,11 @@ def run(configs: list[str], reps: int, settings: Settings, log=print) -> dict:
                     order = KINDS[rep % 3:] + KINDS[:rep % 3]
                     for kind in order:
                         cached = bench.cached(kind, node)
-                        cycle = bench.cycle(kind, node, cached["cpu_per_scrape_ms"])
-                        results.setdefault(name, {}).setdefault(kind, []).append(
-                            {"cached": cached, "cycle": cycle})
+                        cycle = bench.cycle(kind, node)
+                        phases = {"cached": cached, "cycle": cycle}
+                        if kind == "otel-gpu" and settings.otlp:
+                            phases["cycle_otlp"] = bench.cycle(kind, node, otlp=True)
+                        results.setdefault(name, {}).setdefault(kind, []).append(phases)
                         log(f"rep {rep + 1}/{reps} {name:9} {kind:10} "
                             f"cached p50 {cached['p50_ms']:.2f} ms, "
                             f"cpu/scrape {cached['cpu_per_scrape_ms']:.2f} ms; "
@@ -392,7 +452,9 @@ FIGURES = (
     ("cycle", "after_sample_p99_ms", "first scrape after a sample, p99 (ms)"),
     ("cycle", "p50_ms", "every scrape while sampling, p50 (ms)"),
     ("cycle", "p99_ms", "every scrape while sampling, p99 (ms)"),
-    ("cycle", "cpu_per_cycle_ms", "server CPU per sample cycle, scrapes excluded (ms)"),
+    ("cycle", "cpu_per_cycle_ms", "server CPU per sample cycle, nobody scraping (ms)"),
+    ("cycle_otlp", "cpu_per_cycle_ms",
+     "same, with OTLP gRPC pushed every sample interval (ms)"),
     ("cached", "rss_mib", "RSS (MiB)"),
     ("cached", "ready_s", "time to ready (s)"),
     ("cycle", "nvml_calls_per_gpu_per_sample", "NVML calls per GPU per sample"),
@@ -411,7 +473,8 @@ def spread(values: list[float]) -> str:
 
 
 def medians(runs: list[dict], phase: str, key: str) -> list[float]:
-    return [r[phase][key] for r in runs if key in r[phase] and r[phase][key] == r[phase][key]]
+    return [r[phase][key] for r in runs
+            if phase in r and key in r[phase] and r[phase][key] == r[phase][key]]
 
 
 STATIC_STANDS_IN = {"after_sample_p50_ms": "p50_ms", "after_sample_p99_ms": "p99_ms"}
@@ -440,8 +503,25 @@ def table(results: dict) -> str:
                 else:
                     ratios.append("-")
             lines.append(f"| {label} | " + " | ".join(cells + ratios) + " |")
-        lines.append("")
+        lines += ["", targets(kinds), ""]
     return "\n".join(lines)
+
+
+def targets(kinds: dict) -> str:
+    """The ratios targets 2 and 3 are stated in, from medians."""
+    def med(kind: str, phase: str, key: str) -> float | None:
+        vals = medians(kinds.get(kind, []), phase, key)
+        return statistics.median(vals) if vals else None
+
+    cycle = med("otel-gpu", "cycle", "cpu_per_cycle_ms")
+    render = med("promclient", "cached", "cpu_per_scrape_ms")
+    with_otlp = med("otel-gpu", "cycle_otlp", "cpu_per_cycle_ms")
+    parts = []
+    if cycle is not None and render:
+        parts.append(f"CPU per cycle over promclient's render (target 2): {cycle / render:.2f}")
+    if cycle and with_otlp is not None:
+        parts.append(f"CPU OTLP adds per cycle (target 3): {100 * (with_otlp / cycle - 1):+.0f} %")
+    return "; ".join(parts) + "." if parts else ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -456,8 +536,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=2.0,
                         help="sample interval in the cycle phase")
     parser.add_argument("--json", type=Path, help="write every measurement here")
+    parser.add_argument("--no-otlp", action="store_true",
+                        help="skip the cycle with OTLP (the collector's third phase)")
     args = parser.parse_args(argv)
-    settings = Settings(seconds=args.seconds, interval=args.interval)
+    settings = Settings(seconds=args.seconds, interval=args.interval, otlp=not args.no_otlp)
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     unknown = [c for c in configs if c not in NODES]
     if unknown:
@@ -465,7 +547,8 @@ def main(argv: list[str] | None = None) -> int:
     reps = args.reps
     if args.quick:
         configs, reps = ["gpus-8"], 1
-        settings = Settings(seconds=1.0, interval=0.5, cycle_intervals=4)
+        settings = Settings(seconds=1.0, interval=0.5, cycle_intervals=4,
+                            otlp=not args.no_otlp)
     results = run(configs, reps, settings, log=lambda line: print(line, file=sys.stderr))
     print(table(results))
     if args.json:

@@ -20,9 +20,12 @@ from typing import TYPE_CHECKING
 from opentelemetry.sdk.metrics.export import MetricReader
 
 from otel_gpu import naming
+from otel_gpu.catalog import CATALOG
 from otel_gpu.config import Config
 from otel_gpu.errors import SetupError
+from otel_gpu.events import EventDetector
 from otel_gpu.exporters import otlp
+from otel_gpu.exporters.collected import CollectingReader
 from otel_gpu.exporters.prometheus import MetricsServer, RenderCache, new_reader
 from otel_gpu.exporters.webconfig import load_web_config
 from otel_gpu.nvml.library import Nvml
@@ -32,6 +35,8 @@ from otel_gpu.snapshot import Snapshot
 from otel_gpu.telemetry import Telemetry, build_resource
 
 if TYPE_CHECKING:  # gRPC is imported only once a kubelet socket exists
+    from otel_gpu.exporters.otlp_logs import EventLog  # the SDK's logs: with OTLP only
+    from otel_gpu.hpc.enrich import JobEnricher
     from otel_gpu.k8s.enrich import PodEnricher
     from otel_gpu.k8s.podresources import PodResourcesWatcher
 
@@ -67,11 +72,35 @@ def open_nvml(simulate: str | None) -> Nvml:
 
 
 def process_usage(config: Config) -> bool:
-    """Whether processes are read and joined to pods: asked for, with pod attribution on."""
+    """Whether NVML's per-process lists are read: asked for. They are joined to pods with
+    pod attribution on, and name each process's Slurm job with or without it."""
     if config.process_usage and not config.pod_attribution:
-        log.warning("process_usage needs pod_attribution, which is off: per-pod usage is "
-                    "not reported")
-    return config.process_usage and config.pod_attribution
+        log.info("process_usage with pod_attribution off: GPU processes are read for their "
+                 "Slurm jobs and counts; per-pod usage is not reported")
+    return config.process_usage
+
+
+def job_enricher(config: Config) -> JobEnricher | None:
+    """The HPC job stage (mapping directory, Slurm cgroups); None when neither is on."""
+    from otel_gpu.hpc.enrich import job_enricher as build
+
+    return build(config.hpc_job_mapping_dir, config.proc_root, processes=config.process_usage)
+
+
+def chain(
+    *stages: Callable[[Snapshot], Snapshot] | None,
+) -> Callable[[Snapshot], Snapshot] | None:
+    """The enrich stages present, applied in order (pods, then jobs); None if there are none."""
+    present = [stage for stage in stages if stage is not None]
+    if len(present) <= 1:
+        return present[0] if present else None
+
+    def enrich(snapshot: Snapshot) -> Snapshot:
+        for stage in present:
+            snapshot = stage(snapshot)
+        return snapshot
+
+    return enrich
 
 
 def pod_enricher(
@@ -124,6 +153,9 @@ def sample_once(config: Config, nvml: Nvml) -> Snapshot:
                 snapshot = enrich(snapshot)
         finally:
             enrich.watcher.stop()
+    jobs = job_enricher(config)
+    if jobs is not None:
+        snapshot = jobs(snapshot)
     return snapshot
 
 
@@ -162,30 +194,45 @@ class Service:
         self.enricher = None
         if config.pod_attribution:  # the kubelet thread re-publishes through the pipeline
             self.enricher = pod_enricher(config, on_update=lambda s: self.pipeline.pods_changed(s))
+        self.jobs = job_enricher(config)
         self.sampler = Sampler(nvml, clock=clock, read_timeout=read_timeout(config.interval),
                                sysfs_root=Path(config.sysfs_root),
                                process_usage=process_usage(config))
         self.pipeline = Pipeline(self.sampler.sample, interval=config.interval,
-                                 enrich=self.enricher, release=lambda: self.telemetry.rebuild(),
+                                 enrich=chain(self.enricher, self.jobs),
+                                 release=lambda: self.telemetry.rebuild(),
                                  on_publish=self._render_published,
                                  clock=clock)
         store = self.pipeline.store
         resource = build_resource(config.node_name)
         prometheus_otel = "prometheus" in self.exporters and "otel" in config.naming
         settings = otlp.OtlpSettings.from_config(config) if "otlp" in self.exporters else None
+        # GPU events go as OTLP log records where OTLP metrics go; a bad setting fails here.
+        self.events: EventLog | None = None
+        if settings is not None:
+            from otel_gpu.exporters import otlp_logs
+
+            self.events = otlp_logs.build_event_log(settings, resource, environ)
+        self.detector = EventDetector() if self.events is not None else None
+        event_metrics = self.detector.metrics() if self.detector is not None else ()
 
         def readers() -> tuple[list[MetricReader], Callable[[], bytes] | None]:
             out: list[MetricReader] = []
             render = None
+            source = None  # the one collection per cycle, for /metrics and OTLP alike
             if prometheus_otel:
-                reader, render = new_reader()
-                out.append(reader)
+                source, render = new_reader()
+                out.append(source)
             if settings is not None:
-                out.append(otlp.build_reader(settings, resource, environ))
+                if source is None:
+                    source = CollectingReader()
+                    out.append(source)
+                out.append(otlp.build_reader(settings, resource, environ, source))
             return out, render
 
         # A bad OTLP setting fails here, at start-up.
-        self.telemetry = Telemetry(resource, lambda: store.latest, readers, clock=clock)
+        self.telemetry = Telemetry(resource, lambda: store.latest, readers, clock=clock,
+                                   catalog=(*CATALOG, *event_metrics))
         self.cache: RenderCache | None = None
         if "prometheus" in self.exporters:
             profiles = naming.build_profiles(
@@ -219,6 +266,17 @@ class Service:
         cache = getattr(self, "cache", None)  # None until built, and without Prometheus
         if cache is not None:
             cache.refresh()
+        self._send_events()
+
+    def _send_events(self) -> None:
+        """Queue the events of a new sample for the OTLP logs pipeline (never waits on it);
+        a re-publication of the same sample (new pods) sends nothing."""
+        detector, events = getattr(self, "detector", None), getattr(self, "events", None)
+        snapshot = self.pipeline.store.latest
+        if detector is None or events is None or snapshot is None:
+            return
+        for event in detector.observe(snapshot):
+            events.emit(event)
 
     def _body(self, profiles: list[naming.Profile]) -> bytes:
         """The whole exposition, every part from the same snapshot."""
@@ -254,7 +312,12 @@ class Service:
         if self.enricher is not None:
             self.enricher.watcher.stop()
         idle = self.pipeline.stop(timeout=0.5) and not self.sampler.busy()
+        # The queued events go out beside the final metrics export, within the same time.
+        started = time.monotonic()
+        events = self.events.start_shutdown() if self.events is not None else None
         self.telemetry.shutdown(final_export_s)
+        if events is not None:
+            events.join(max(0.0, final_export_s - (time.monotonic() - started)))
         self.sampler.close()  # frees what it holds in NVML (GPM buffers) while NVML is up
         if idle:  # never pull the library out from under a call still running
             self.nvml.shutdown()

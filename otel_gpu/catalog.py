@@ -96,7 +96,7 @@ from otel_gpu.nvml.sources import (
     VIOLATIONS,
     Source,
 )
-from otel_gpu.snapshot import FAILED, STATES, DeviceSample, PodRef, PodUsage, Snapshot
+from otel_gpu.snapshot import FAILED, STATES, DeviceSample, PodEnergy, PodRef, PodUsage, Snapshot
 
 
 class Kind(str, enum.Enum):
@@ -234,6 +234,9 @@ K8S_CONTAINER = "k8s.container.name"
 K8S_RESOURCE = "nvidia.gpu.k8s.resource"
 REPLICA = "nvidia.gpu.k8s.replica"
 POD_ATTRIBUTES = (K8S_POD, K8S_NAMESPACE, K8S_CONTAINER)
+HPC_JOB = "nvidia.gpu.hpc.job.id"
+"""HPC (Slurm) job ids using the device, comma-separated; OpenTelemetry has no convention
+for a batch job yet (see docs/hpc.md)."""
 
 DEVICE_ATTRIBUTES: tuple[tuple[str, str], ...] = (
     (HW_ID, "GPU UUID (`GPU-...`) or MIG instance UUID (`MIG-...`)"),
@@ -254,6 +257,8 @@ DEVICE_ATTRIBUTES: tuple[tuple[str, str], ...] = (
               "or free devices)"),
     (K8S_NAMESPACE, "namespace of that pod"),
     (K8S_CONTAINER, "container of that pod holding the device"),
+    (HPC_JOB, "HPC (Slurm) jobs using the device, comma-separated, from the job mapping "
+              "directory and the processes' cgroups (`hpc_job_mapping_dir`, `process_usage`)"),
 )
 
 
@@ -374,7 +379,7 @@ _SHARE_SOURCE = ("nvmlDeviceGetProcessesUtilizationInfo (else nvmlDeviceGetProce
                  "summed " + _TO_CONTAINER)
 
 
-def usage_labels(row: PodUsage) -> dict[str, str]:
+def usage_labels(row: PodUsage | PodEnergy) -> dict[str, str]:
     """A usage row's attributes: the device and the container, or the unattributed mark."""
     if row.pod is None:
         return {HW_ID: row.uuid, PROCESS_OWNER: UNATTRIBUTED}
@@ -405,6 +410,25 @@ def _usage_metric(name: str, kind: Kind, unit: str, description: str, field: str
         attributes=USAGE_ATTRIBUTES,
         source_doc=source,
     )
+
+
+# Energy per pod (otel_gpu.k8s.energy): the same series as the usage metrics, from the
+# device's energy counter, whether or not process usage is on.
+ENERGY_RULE = "nvidia.gpu.energy.rule"
+
+
+def _energy(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+    if snapshot.pods is None:
+        return
+    for row in snapshot.pods.energy:
+        yield row.millijoules * MILLI.factor, usage_labels(row)
+
+
+def _energy_rules(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+    if snapshot.pods is None:
+        return
+    for uuid, rule in dict((row.uuid, row.rule) for row in snapshot.pods.energy).items():
+        yield 1.0, {HW_ID: uuid, ENERGY_RULE: rule}
 
 
 CATALOG: tuple[Metric, ...] = (
@@ -817,6 +841,27 @@ CATALOG: tuple[Metric, ...] = (
         "nvidia.gpu.k8s.processes", Kind.UPDOWNCOUNTER, "{process}",
         "Compute processes of a container on a device.", "processes",
         "nvmlDeviceGetComputeRunningProcesses, counted " + _TO_CONTAINER,
+    ),
+    Metric(
+        "nvidia.gpu.k8s.energy", Kind.COUNTER, "J",
+        "Energy a container used on a device since the collector started: the whole "
+        "increase of the GPU's energy counter while it holds the device alone, its share "
+        "of SM time on a shared GPU (process usage), a MIG instance's part by activity or "
+        f"compute slices. The rest, and what came before, is under {PROCESS_OWNER}="
+        f"{UNATTRIBUTED}; a GPU's series (its MIG instances' included) add up to hw.energy.",
+        per_node=_energy,
+        attributes=USAGE_ATTRIBUTES,
+        source_doc="nvmlDeviceGetFieldValues TOTAL_ENERGY_CONSUMPTION increase (/ 1000), split "
+        "per container (exclusive holder, process SM shares, MIG GPM SM_UTIL or slices)",
+    ),
+    Metric(
+        "nvidia.gpu.k8s.energy.rule", Kind.GAUGE, "1",
+        "1 for each device, with the rule that split its latest energy increase: exclusive, "
+        "sm_share, unattributed (shared without per-process shares, or free), mig_activity "
+        "or mig_slices (a GPU in MIG mode, across its instances).",
+        per_node=_energy_rules,
+        attributes=(HW_ID, ENERGY_RULE),
+        source_doc="collector (energy accounting)",
     ),
     # The collector's own health
     Metric(

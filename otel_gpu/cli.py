@@ -123,7 +123,11 @@ def _check_files(config: Config) -> None:
 
             load_web_config(config.web_config_file)
         if "otlp" in choose_exporters(config, os.environ):
-            otlp.validate(otlp.OtlpSettings.from_config(config), os.environ)
+            from otel_gpu.exporters import otlp_logs
+
+            settings = otlp.OtlpSettings.from_config(config)
+            otlp.validate(settings, os.environ)
+            otlp_logs.validate(settings, os.environ)  # GPU events go where the metrics go
     except SetupError as exc:
         _die(str(exc))
 
@@ -196,6 +200,8 @@ def check(config: Config) -> int:
         for holder in snapshot.pods.attribution.holders(dev.uuid) if snapshot.pods else ():
             replica = f" (replica {holder.replica})" if holder.replica is not None else ""
             print(f"  held by {holder.namespace}/{holder.pod}/{holder.container}{replica}")
+        for job in snapshot.series_jobs(dev.uuid):
+            print(f"  used by HPC job {job}")
         if sample.error:
             print(f"  error: {sample.error}")
         if sample.hung:

@@ -372,6 +372,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("pod_log_root", str, "/var/log/pods", _required_text, "DIR",
            "process usage: the kubelet's pod log directory (mounted read-only; only names are "
            "read), whose sibling containers/ names each container id"),
+    Option("hpc_job_mapping_dir", str | None, None, _optional_text, "DIR",
+           "HPC job labels from dcgm-exporter's job mapping directory: one file per GPU "
+           "named by its index (<index>.<gpu instance id> for MIG), one job id a line, "
+           "written by the scheduler's prolog and epilog (default: off)"),
     Option("naming", tuple[str, ...], "otel", parse_naming, "PROFILES",
            "names on the Prometheus endpoint: otel, dcgm (dcgm-exporter's), kubelet (the "
            "kubelet's pre-1.20 accelerator metrics), or several, comma-separated"),

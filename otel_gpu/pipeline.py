@@ -20,7 +20,10 @@ Threads, and what each owns::
                            sample with the new pods.
                            Both publishing threads render the Prometheus body right
                            after they publish (the ``on_publish`` hook:
-                           RenderCache.refresh), still under Pipeline._lock.
+                           RenderCache.refresh), still under Pipeline._lock; then
+                           the hook turns a sample published for the first time
+                           into GPU events (events.EventDetector) and queues them
+                           for the OTLP logs pipeline (no wait on the backend).
     otel-gpu-kubelet-wait  k8s.enrich.KubeletWatch, only while no kubelet socket
                            exists: checks the path every kubelet interval; when it
                            appears, imports gRPC, builds and starts the watcher
@@ -28,13 +31,23 @@ Threads, and what each owns::
     otel-gpu-http          MetricsServer's accept loop; otel-gpu-http-conn, one per
                            connection (at most 64): /metrics -> RenderCache.get(),
                            which returns the body rendered on publishing; it renders
-                           (Telemetry.render() -> instrument callbacks ->
-                           SnapshotStore.latest) only before the first publish or
+                           (Telemetry.render() -> one SDK collection through
+                           CollectingReader -> instrument callbacks -> the pinned
+                           snapshot -> TextWriter) only before the first publish or
                            when no publish came for the cache's max_age.
-    OTLP reader            the SDK's PeriodicExportingMetricReader thread: the same
-                           callbacks, every otlp_interval.
+    otel-gpu-otlp          exporters.push.OtlpPush: every otlp_interval, exports the
+                           collection the last render made (no callbacks run); when
+                           none was made since its last push, collects one itself
+                           under Telemetry._lock, pinned to the latest snapshot.
+                           The export (network, retries) holds no lock of ours.
+                           With delta temporality, the SDK's
+                           PeriodicExportingMetricReader thread instead: the same
+                           callbacks, every otlp_interval, unpinned.
     otel-gpu-retire        short-lived: shuts a replaced MeterProvider down (its
                            final OTLP export) without holding anything of ours.
+    OtelBatchLogRecordProcessor  the SDK's thread exporting queued GPU event
+                           records (OTLP logs, with OTLP on); otel-gpu-logs-stop,
+                           at stop, its final export. Neither takes a lock of ours.
 
 Locks, each private to its class. A thread holding one may take only those
 listed after it, so no cycle can form:
@@ -47,8 +60,14 @@ listed after it, so no cycle can form:
     3. RenderCache._lock     inside 1 (the on_publish render), or alone (http, a
                              fallback render): one render at a time; a scrape
                              finding it held serves the previous body instead.
-    4. Telemetry._lock       inside 3 (render), or alone (the rebuild's swap).
-    5. the SDK's own locks   inside 4, and on the OTLP thread.
+    4. Telemetry._lock       inside 3 (render), or alone (the rebuild's swap, an
+                             OTLP push's own collection).
+    5. the SDK's own locks   inside 4, and on the OTLP thread; inside 1 when an event
+                             record is queued (a bounded deque's append).
+
+OtlpPush's export lock, held by one push at a time (its loop, a flush, the final
+one), is taken before 4 and held over the export; CollectingReader's lock, one
+collection at a time, inside 4 and around 5.
 
 Leaf locks, held for a few instructions and never while calling out: the
 NVML call counter, the kubelet watcher's poll and stats locks, LogLimiter,
@@ -149,8 +168,9 @@ class PodChurn:
     live pods' series would vanish within hours, and on a node with more
     holders than the limit (time-sliced GPUs) some would never appear.
     Rebuilding the MeterProvider releases every set, and sizes the new limit
-    from the pods live then (:func:`otel_gpu.telemetry.cardinality`). This
-    counts the (device, pod) pairs seen since the last rebuild and asks for one
+    from the pods live then (:func:`otel_gpu.telemetry.cardinality`). HPC jobs
+    churn the same way (a device's series carry its jobs). This counts the
+    (device, pod) and (device, jobs) pairs seen since the last rebuild and asks for one
     when finished ones pile up (:data:`CHURNED`) or when more have been seen
     than the provider has ``room`` for (:data:`GROWN`).
     """
@@ -163,10 +183,12 @@ class PodChurn:
 
     def needs_rebuild(self, snapshot: Snapshot) -> str | None:
         """Why the MeterProvider should be rebuilt after ``snapshot`` (None: it need not)."""
-        if snapshot.pods is None:
+        if snapshot.pods is None and snapshot.jobs is None:
             return None
-        current = {(r.uuid, r.namespace, r.pod, r.container, r.replica)
-                   for r in snapshot.allocations()}
+        current: set[tuple] = {(r.uuid, r.namespace, r.pod, r.container, r.replica)
+                               for r in snapshot.allocations()}
+        # A device's series carry its HPC jobs: each new set of jobs is new series too.
+        current.update((uuid, jobs) for uuid, jobs in (snapshot.jobs or {}).items())
         self._seen |= current
         if len(self._seen) > self.room:
             reason = GROWN

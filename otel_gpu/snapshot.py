@@ -80,6 +80,17 @@ class ProcessUsage:
     decoder: float | None = None
 
 
+class XidEvent(NamedTuple):
+    """One XID event as NVML delivered it: the code, when it was read, and the MIG
+    GPU/compute instance ids NVML gave (``None`` where they do not apply)."""
+
+    code: int
+    time: float
+    """Wall-clock time (epoch seconds) the event was read."""
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+
 @dataclass(frozen=True)
 class DeviceSample:
     """One device's readings in one sample, in NVML's own units.
@@ -96,6 +107,8 @@ class DeviceSample:
     """Cumulative XID events seen since start, by XID code."""
     last_xid: int | None = None
     """The most recent XID code (what dcgm-exporter's XID_ERRORS shows)."""
+    xid_events: tuple[XidEvent, ...] = ()
+    """The XID events read in this sample (on a GPU, not its MIG instances), oldest first."""
     error: str | None = None
     """Why the device is failed, when it is."""
     hung: str | None = None
@@ -211,6 +224,22 @@ class PodUsage:
     memory: float | None = None
     encoder: float | None = None
     decoder: float | None = None
+
+
+@dataclass(frozen=True)
+class PodEnergy:
+    """Energy one container used on one device since the collector started, in mJ.
+
+    ``pod`` is ``None`` for the device's unattributed energy: idle power,
+    processes of no pod, and (on the GPU whose counter it is) the energy from
+    before the collector started. ``rule`` names how the device's latest
+    interval was split (:mod:`otel_gpu.k8s.energy`).
+    """
+
+    uuid: str
+    pod: PodRef | None
+    millijoules: int
+    rule: str
 
 
 _NO_HOLDERS: tuple[Holder, ...] = ()
@@ -335,6 +364,10 @@ class Pods:
     usage: tuple[PodUsage, ...] = ()
     """Per (device, container) usage, when process usage is on: a row for every
     container with processes on a device and every container holding one."""
+    energy: tuple[PodEnergy, ...] = ()
+    """Cumulative energy per (device, container), and per device for no pod
+    (:mod:`otel_gpu.k8s.energy`): a GPU's rows, its MIG instances' included,
+    sum to its energy counter."""
 
 
 @dataclass(frozen=True)
@@ -356,6 +389,9 @@ class Snapshot:
     """Problems worth showing in ``check`` and ``/readyz``."""
     pods: Pods | None = None
     """Set when Kubernetes pod attribution is on."""
+    jobs: Mapping[str, tuple[str, ...]] | None = None
+    """HPC job ids per device uuid, sorted (an immutable mapping; devices without jobs
+    are absent), when HPC job attribution is on (:mod:`otel_gpu.hpc`)."""
 
     def healthy_devices(self) -> int:
         """Devices that answered this sample and are not failed."""
@@ -372,3 +408,9 @@ class Snapshot:
         if self.pods is None:
             return ()
         return self.pods.attribution.allocations(uuid)
+
+    def series_jobs(self, uuid: str) -> tuple[str, ...]:
+        """The HPC jobs using ``uuid`` (GPU or MIG instance), sorted; none when off."""
+        if self.jobs is None:
+            return ()
+        return self.jobs.get(uuid, ())

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricReader
+from opentelemetry.sdk.metrics.export import MetricReader, MetricsData
 from opentelemetry.sdk.metrics.view import View
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 
@@ -32,6 +32,7 @@ from otel_gpu import __version__
 from otel_gpu.catalog import (
     CATALOG,
     GPU_INDEX,
+    HPC_JOB,
     HW_DRIVER_VERSION,
     HW_ID,
     HW_MODEL,
@@ -50,6 +51,7 @@ from otel_gpu.catalog import (
     device_observations,
     pod_labels,
 )
+from otel_gpu.exporters.push import OtlpPush
 from otel_gpu.pipeline import room_for
 from otel_gpu.snapshot import Device, Snapshot
 
@@ -95,10 +97,14 @@ def build_resource(
 
 
 def pod_attributes(snapshot: Snapshot, device: Device) -> dict[str, str | int]:
-    """The pod holding the device whole, and the device's NUMA node as the kubelet sees it."""
-    if snapshot.pods is None:
-        return {}
+    """The pod holding the device whole, the device's NUMA node as the kubelet sees it, and
+    the HPC jobs using it (comma-separated: one series, however many jobs share it)."""
     attrs: dict[str, str | int] = {}
+    jobs = snapshot.series_jobs(device.uuid)
+    if jobs:
+        attrs[HPC_JOB] = ",".join(jobs)
+    if snapshot.pods is None:
+        return attrs
     numa = snapshot.pods.attribution.numa_node(device.uuid)
     if numa is not None:
         attrs[NUMA_NODE] = numa
@@ -152,6 +158,8 @@ class Instruments:
         self._latest = latest
         self._clock = clock
         self._attr_cache: dict[tuple[Device, str | None], dict[str, str | int]] = {}
+        self._sets: dict[tuple, _AttributeSets] = {}
+        self._per_snapshot: tuple[Snapshot | None, dict[str, _AttributeSets]] = (None, {})
         for metric in catalog:
             self._register(meter, metric)
 
@@ -193,11 +201,44 @@ class Instruments:
             points = device_observations(metric, sample)
             if not points:
                 continue
-            base = dict(self._base_attributes(sample.device, snapshot.driver_version))
-            base.update(pod_attributes(snapshot, sample.device))
+            sets = self._device_sets(snapshot, sample.device)
             for value, attrs in points:
-                out.append(Observation(value, {**base, **attrs}))
+                out.append(Observation(value, sets.with_point(attrs)))
         return out
+
+    def _device_sets(self, snapshot: Snapshot, device: Device) -> _AttributeSets:
+        """The device's attribute sets in ``snapshot``: made once per snapshot, and the same
+        objects again while the device's pods do not change."""
+        owner, by_uuid = self._per_snapshot
+        if owner is not snapshot:  # a local pair: another thread may be on another snapshot
+            owner, by_uuid = self._per_snapshot = (snapshot, {})
+        sets = by_uuid.get(device.uuid)
+        if sets is None:
+            pods = pod_attributes(snapshot, device)
+            key = (device, snapshot.driver_version, tuple(pods.items()))
+            sets = self._sets.get(key)
+            if sets is None:
+                if len(self._sets) > 4096:  # devices and their pods seen since the last rebuild
+                    self._sets.clear()
+                base = dict(self._base_attributes(device, snapshot.driver_version))
+                base.update(pods)
+                sets = self._sets[key] = _AttributeSets(base)
+            by_uuid[device.uuid] = sets
+        return sets
+
+
+class _AttributeSets:
+    """One device's attributes in one snapshot (its own and its pod's), made once for
+    every metric; the same object again while its pods do not change. Never changed
+    after it is made: the SDK copies what it is given."""
+
+    __slots__ = ("base",)
+
+    def __init__(self, base: dict[str, str | int]) -> None:
+        self.base = base
+
+    def with_point(self, attrs: Mapping[str, str]) -> dict[str, str | int]:
+        return {**self.base, **attrs} if attrs else self.base
 
 
 def cardinality(
@@ -222,7 +263,7 @@ def cardinality(
                       for metric in catalog if metric.per_node is None
                       for sample in snapshot.devices), default=1)
         fanout = max(fanout, 1)
-        pairs = len(snapshot.allocations())
+        pairs = len(snapshot.allocations()) + len(snapshot.jobs or ())
     limit = max(SDK_CARDINALITY_LIMIT, fanout * (devices + room_for(pairs)))
     return limit, limit // fanout - devices
 
@@ -278,7 +319,7 @@ class Telemetry:
         self._clock = clock
         self._catalog = catalog
         self._lock = threading.Lock()
-        self._pinned: Snapshot | None = None
+        self._pinned_snapshot: Snapshot | None = None
         self.cardinality_limit, self.room = cardinality(self._latest(), catalog)
         """The current provider's limit, and the (device, pod) pairs it has room for."""
         self._current = self._build(self.cardinality_limit)
@@ -286,16 +327,31 @@ class Telemetry:
 
     def _build(self, limit: int) -> tuple[MeterProvider, Callable[[], bytes] | None]:
         readers, render = self._readers()
+        for reader in readers:
+            if isinstance(reader, OtlpPush):  # its own collections read one snapshot too
+                reader.fresh = self._pinned(reader.source.collect_now)
         provider = build_meter_provider(self._resource, readers, self._snapshot,
                                         clock=self._clock, catalog=self._catalog,
                                         cardinality_limit=limit)
         return provider, render
 
+    def _pinned(self, collect: Callable[[], MetricsData | None]
+                ) -> Callable[[], MetricsData | None]:
+        """``collect`` run as :meth:`render` runs: on the latest snapshot alone."""
+        def run() -> MetricsData | None:
+            with self._lock:
+                self._pinned_snapshot = self._latest()
+                try:
+                    return collect()
+                finally:
+                    self._pinned_snapshot = None
+        return run
+
     def _snapshot(self) -> Snapshot | None:
         """What the instrument callbacks read: during a render, the one snapshot it began
         with, so that a publish in the middle cannot mix two samples (or a sample with and
         without its pods) in one body."""
-        pinned = self._pinned
+        pinned = self._pinned_snapshot
         return pinned if pinned is not None else self._latest()
 
     def render(self, snapshot: Snapshot | None = None) -> bytes:
@@ -305,11 +361,11 @@ class Telemetry:
             _, render = self._current
             if render is None:
                 return b""
-            self._pinned = snapshot if snapshot is not None else self._latest()
+            self._pinned_snapshot = snapshot if snapshot is not None else self._latest()
             try:
                 return render()
             finally:
-                self._pinned = None
+                self._pinned_snapshot = None
 
     def rebuild(self) -> int:
         """Swap in a new provider sized for the latest snapshot; the pairs it has room for."""

@@ -250,3 +250,16 @@ def test_every_publication_calls_on_publish_after_the_store_has_it():
     pipeline._release_due = True  # as after pods churned
     assert pipeline.release_if_due()
     assert seen == [1, 2, 3]
+
+
+def test_churn_counts_hpc_jobs_coming_and_going_without_pods():
+    """Bare metal (no pod attribution): every new set of jobs on a device is a new set of
+    series, so jobs finishing pile up like finished pods and are released the same way."""
+    from types import MappingProxyType
+
+    churn = PodChurn(limit=3)
+    for i in range(4):
+        jobs = MappingProxyType({"GPU-0": (str(1000 + i),)})
+        assert not churn.needs_rebuild(replace(_snap(i), jobs=jobs))
+    assert churn.needs_rebuild(replace(_snap(5), jobs=MappingProxyType({"GPU-0": ("1005",)}))) \
+        == CHURNED

@@ -224,3 +224,51 @@ def test_one_render_reads_one_snapshot_even_if_a_publish_lands_in_the_middle():
     assert 'hw_temperature_celsius{' in body
     temps = [ln for ln in body.splitlines() if ln.startswith("hw_temperature_celsius{")]
     assert temps and all(ln.endswith(" 1.0") for ln in temps), temps
+
+
+def test_otlp_pushes_the_renders_collection_and_pins_its_own_to_one_snapshot():
+    import math
+
+    from otel_gpu.exporters.prometheus import new_reader
+    from otel_gpu.exporters.push import OtlpPush
+    from otel_gpu.telemetry import Telemetry
+    from tests.exporters.test_push import Recorder
+
+    def sample_of(watts: float, seq: int):
+        return snapshot(DeviceSample(GPU, OK, MappingProxyType({"power": watts * 1000,
+                                                                "temp.gpu": seq})), seq=seq)
+
+    state = {"reads": 0, "snaps": [sample_of(100.0, 1)]}
+    exporter = Recorder()
+    built = {}
+
+    def latest():
+        state["reads"] += 1
+        return state["snaps"][min(state["reads"], len(state["snaps"])) - 1]
+
+    def readers():
+        source, render = new_reader()
+        push = built["push"] = OtlpPush(exporter, source, interval_s=math.inf, environ={})
+        return [source, push], render
+
+    telemetry = Telemetry(build_resource(environ={}), latest, readers)
+    try:
+        state["reads"] = 0
+        body = telemetry.render()
+        built["push"].push()
+        assert built["push"].collected == 0, "the render's collection is the one pushed"
+        (data,) = exporter.exported
+        assert " 100.0" in body.decode().split("hw_power_watts{")[1].splitlines()[0]
+        power = [p.value for rm in data.resource_metrics for sm in rm.scope_metrics
+                 for m in sm.metrics if m.name == "hw.power" for p in m.data.data_points]
+        assert power == [100.0]
+        # a push that collects by itself reads one snapshot, though a publish lands mid-way
+        state["reads"], state["snaps"] = 0, [sample_of(200.0, 2), sample_of(300.0, 3)]
+        built["push"].push()
+        assert state["reads"] == 1 and built["push"].collected == 1
+        temps = [p.value for rm in exporter.exported[1].resource_metrics
+                 for sm in rm.scope_metrics for m in sm.metrics if m.name == "hw.temperature"
+                 for p in m.data.data_points]
+        assert temps == [2]
+    finally:
+        telemetry.shutdown(0.5)

@@ -35,6 +35,7 @@ from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
     MetricExporter,
     MetricExportResult,
+    MetricReader,
     MetricsData,
     PeriodicExportingMetricReader,
     ResourceMetrics,
@@ -44,9 +45,12 @@ from opentelemetry.sdk.resources import Resource
 
 from otel_gpu._files import FileError, read_bytes, read_text
 from otel_gpu._log import LogLimiter
-from otel_gpu.catalog import POD_ATTRIBUTES
+from otel_gpu.catalog import HPC_JOB, POD_ATTRIBUTES
 from otel_gpu.config import OPTIONS, parse_endpoint
 from otel_gpu.errors import SetupError
+from otel_gpu.exporters.collected import CollectingReader
+from otel_gpu.exporters.otlp_encode import use_cached_encoding
+from otel_gpu.exporters.push import OtlpPush, cumulative
 
 log = logging.getLogger(__name__)
 
@@ -412,12 +416,25 @@ def _explicit_ca_session() -> Any:
 
 
 def build_reader(
-    settings: OtlpSettings, node: Resource, environ: Mapping[str, str]
-) -> PeriodicExportingMetricReader:
-    """A periodic reader pushing over OTLP (interval: setting, else OTEL_METRIC_EXPORT_INTERVAL)."""
+    settings: OtlpSettings, node: Resource, environ: Mapping[str, str],
+    source: CollectingReader | None = None,
+) -> MetricReader:
+    """The reader pushing over OTLP (interval: setting, else OTEL_METRIC_EXPORT_INTERVAL).
+
+    With a ``source`` and a cumulative exporter, it pushes the source's
+    collections (:class:`~otel_gpu.exporters.push.OtlpPush`: one SDK collection
+    per cycle for Prometheus and OTLP); otherwise, for delta temporality, it is
+    the SDK's periodic reader, collecting by itself.
+    """
     exporter = build_exporter(settings, environ)
+    shared = source is not None and cumulative(exporter)
+    if shared:  # the same series each push: their attributes encoded once
+        use_cached_encoding(exporter)
     if settings.pod_identity == RESOURCE:
         exporter = PodResourceExporter(exporter, node)
+    if shared:
+        return OtlpPush(exporter, source, interval_s=settings.interval,
+                        timeout_s=settings.timeout, environ=environ)
     interval_ms = settings.interval * 1000 if settings.interval is not None else None
     timeout_ms = settings.timeout * 1000 if settings.timeout is not None else None
     return PeriodicExportingMetricReader(
@@ -426,10 +443,15 @@ def build_reader(
 
 
 class PodResourceExporter(MetricExporter):
-    """Sends each pod's data points under a Resource naming the pod."""
+    """Sends each pod's (and each HPC job's) data points under a Resource naming it.
+
+    A point carrying a pod and a job (Slurm inside Kubernetes) goes under one
+    Resource naming both.
+    """
 
     def __init__(
-        self, inner: MetricExporter, node: Resource, keys: Sequence[str] = POD_ATTRIBUTES
+        self, inner: MetricExporter, node: Resource,
+        keys: Sequence[str] = (*POD_ATTRIBUTES, HPC_JOB),
     ) -> None:
         super().__init__(
             preferred_temporality=inner._preferred_temporality,

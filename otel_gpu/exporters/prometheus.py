@@ -48,11 +48,9 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
-from opentelemetry.exporter.prometheus import PrometheusMetricReader
-from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import generate_latest
-
 from otel_gpu._log import LogLimiter
+from otel_gpu.exporters.collected import CollectingReader
+from otel_gpu.exporters.prometheus_text import TextWriter
 from otel_gpu.exporters.webconfig import AuthBusy, BasicAuth, WebConfig
 
 log = logging.getLogger(__name__)
@@ -99,12 +97,16 @@ def _where(exc: BaseException) -> str:
     return f"{frame.filename}:{frame.lineno}"
 
 
-def new_reader() -> tuple[PrometheusMetricReader, Callable[[], bytes]]:
-    """A Prometheus reader on a private registry, and the function rendering it."""
-    registry = CollectorRegistry(auto_describe=False)
-    # Scope labels (otel_scope_name=...) would repeat one constant on every series.
-    reader = PrometheusMetricReader(registry=registry, scope_info_enabled=False)
-    return reader, lambda: generate_latest(registry)
+def new_reader() -> tuple[CollectingReader, Callable[[], bytes]]:
+    """A reader collecting on demand, and the function rendering one collection of it.
+
+    The text is what the OpenTelemetry Prometheus exporter would write for the
+    same collection (:mod:`otel_gpu.exporters.prometheus_text`), without scope
+    labels (``otel_scope_name=...`` would repeat one constant on every series).
+    """
+    reader = CollectingReader()
+    writer = TextWriter(scope_labels=False, target_info=True)
+    return reader, lambda: writer.write(reader.collect_now())
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,9 @@ writes a line a minute at most, and remembers nothing per id.
 With process usage on, it also maps each device's processes to their
 containers (:mod:`otel_gpu.k8s.processes`: once per sample, the answer kept
 for the kubelet's re-publications of that sample) and attaches the usage per
-(device, container) as :attr:`~otel_gpu.snapshot.Pods.usage`.
+(device, container) as :attr:`~otel_gpu.snapshot.Pods.usage`. Energy per
+(device, container) (:mod:`otel_gpu.k8s.energy`) is accounted here too, once per
+sample, as :attr:`~otel_gpu.snapshot.Pods.energy`.
 
 gRPC and the kubelet's API stubs cost memory and start-up time (about 12 MiB
 and 90 ms), and a node that is not a Kubernetes node never needs them: the
@@ -37,6 +39,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from otel_gpu._log import ChangeLimiter, LogLimiter
+from otel_gpu.k8s.energy import EnergyLedger
 from otel_gpu.k8s.processes import ProcessMapper, join_usage
 from otel_gpu.snapshot import (
     Attribution,
@@ -194,6 +197,8 @@ class PodEnricher:
         self._unresolved: tuple[UnresolvedId, ...] = ()
         self._unresolved_key = _NONE
         self._summary_every = summary_every
+        self.energy = EnergyLedger()
+        """Energy per (device, container): fed every snapshot, counts each sample once."""
 
     def __call__(self, snapshot: Snapshot) -> Snapshot:
         state = self.watcher.state
@@ -209,7 +214,8 @@ class PodEnricher:
         usage: tuple[PodUsage, ...] = ()
         if self.processes is not None:
             usage = join_usage(snapshot.devices, self._process_owners(snapshot), attribution)
-        pods = Pods(attribution, self.watcher.stats, state.taken_monotonic, usage)
+        energy = self.energy.update(snapshot, attribution, usage)  # once per sample
+        pods = Pods(attribution, self.watcher.stats, state.taken_monotonic, usage, energy)
         return replace(snapshot, pods=pods)
 
     def _process_owners(self, snapshot: Snapshot) -> dict[int, PodRef | None]:

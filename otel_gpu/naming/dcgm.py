@@ -653,6 +653,8 @@ _POD_LABELS = {
     "current": ("pod", "namespace", "container"),
     "old": ("pod_name", "pod_namespace", "container_name"),  # --use-old-namespace
 }
+HPC_JOB_LABEL = "hpc_job"
+"""dcgm-exporter's job label (--hpc-job-mapping-dir): one copy of a series per job."""
 # DCGM reports these per GPU only; on a GPU instance they have no value.
 _NOT_ON_INSTANCES = frozenset({
     "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_ENC_UTIL",
@@ -752,11 +754,16 @@ class DcgmProfile:
         return labels
 
     def _copies(self, sample: DeviceSample, snapshot: Snapshot) -> list[dict[str, str]]:
-        """Pod labels per copy of the device's series: one copy, or one per sharer."""
+        """Pod and job labels per copy of the device's series: one copy, or one per sharer;
+        and, as dcgm-exporter does, each of those once per HPC job using the device."""
         refs = snapshot.series_pods(sample.device.uuid, per_sharer=self.shared_gpu_copies)
         pod, namespace, container = self.pod_labels
-        return [{pod: r.pod, namespace: r.namespace, container: r.container}
-                for r in refs] or [{}]
+        copies = [{pod: r.pod, namespace: r.namespace, container: r.container}
+                  for r in refs] or [{}]
+        jobs = snapshot.series_jobs(sample.device.uuid)
+        if not jobs:
+            return copies
+        return [{**labels, HPC_JOB_LABEL: job} for labels in copies for job in jobs]
 
     # values
 

@@ -2,11 +2,14 @@
 
 One :meth:`Sampler.sample` pass reads every device once and returns an
 immutable :class:`~otel_gpu.snapshot.Snapshot`: discovery (GPUs, MIG
-instances, XID event registration), one batched field-value call per device,
-one call per :class:`~otel_gpu.nvml.sources.Reader` the catalog needs, one
-GPM profiling sample per device (:mod:`otel_gpu.nvml.gpm`), and the XID
-events waiting. :mod:`otel_gpu.pipeline` runs passes on an interval;
-nothing on the scrape path calls into here.
+instances, XID event registration), one batched field-value call per device
+(:mod:`otel_gpu.nvml.batch`), one call per
+:class:`~otel_gpu.nvml.sources.Reader` the catalog needs (a static one once
+per device; a field's fallback only where the driver does not answer the
+field), one GPM profiling sample per device (:mod:`otel_gpu.nvml.gpm`), and
+the XID events waiting.
+:mod:`otel_gpu.pipeline` runs passes on an interval; nothing on the scrape
+path calls into here.
 """
 
 from __future__ import annotations
@@ -23,18 +26,16 @@ from typing import Any
 
 from otel_gpu._log import LogLimiter
 from otel_gpu.catalog import CATALOG, Metric, all_sources
+from otel_gpu.nvml.batch import BatchReads
 from otel_gpu.nvml.gpm import GpmCollector, GpmState
-from otel_gpu.nvml.library import Nvml, Outcome, Result, classify, error_name
+from otel_gpu.nvml.library import Nvml, Outcome, Result, error_name
 from otel_gpu.nvml.sources import (
-    ALL_LINKS,
     COMPUTE_PROCESSES,
-    NVLINK_ACTIVE,
     NVLINK_STATES,
     PROCESSES,
     REMAP_FAILURE,
     REMAP_PENDING,
     RETIRED_PENDING,
-    NvLink,
     Reader,
     Source,
 )
@@ -48,19 +49,10 @@ from otel_gpu.snapshot import (
     DeviceSample,
     ProcessUsage,
     Snapshot,
+    XidEvent,
 )
 
 log = logging.getLogger(__name__)
-
-_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
-
-
-def _field_value(entry: Any) -> float | None:
-    kind = int(entry.valueType)
-    if 0 <= kind < len(_VALUE_MEMBERS):
-        return float(getattr(entry.value, _VALUE_MEMBERS[kind]))
-    return None
-
 
 def _read_small(path: Path) -> str:
     try:
@@ -105,6 +97,8 @@ class _Tracked:
     unsupported: set[str] = field(default_factory=set)
     xid: Counter = field(default_factory=Counter)
     last_xid: int | None = None
+    xid_events: list[XidEvent] = field(default_factory=list)
+    """XID events read since this device's last sample; handed on and emptied by it."""
     failure: str | None = None
     open_failure: str | None = None
     """Why NVML could not open the GPU at the last discovery (then ``handle`` is stale)."""
@@ -120,10 +114,24 @@ class _Tracked:
     process_utilization: bool = False
     utilization_seen: int = 0
     """NVML timestamp (us) of the newest per-process utilization sample read so far."""
+    unbatched: set[str] = field(default_factory=set)
+    """Fields this device's driver does not answer in the batch: their fallback call gives
+    them from then on (decided once, on the first answer); written by the worker thread."""
     link_totals: dict[str, bool] = field(default_factory=dict)
+    link_count: int = 0
+    """NVLink links the GPU has (answered by the state call per link)."""
+    active_links: tuple[int, ...] = ()
+    """The NVLink links active at the last read: what the NVLink fields are asked for."""
+    states_batched: bool | None = None
+    """Whether the batch gives the link states as the calls per link do (None: not yet
+    compared); written by the worker thread."""
     """Per NVLink-links field: whether the driver answers its all-links scope (else: summed)."""
     static: dict[str, Mapping[str, float]] = field(default_factory=dict)
     """The answers of the static readers, by reader name: read once."""
+    kept: dict[str, tuple[tuple[float | None, ...], int, Mapping[str, float]]] = field(
+        default_factory=dict)
+    """The last answers of the readers with ``changes_with``, by reader name: (the values
+    it depends on then, the sample it was read in, the answer)."""
     newly_unsupported: list[str] = field(default_factory=list)
     """Values found unsupported since the sampler last logged them: appended by the worker
     thread, logged and emptied by the sampler thread once the job is done."""
@@ -146,12 +154,21 @@ COMMON_XIDS = (13, 31, 43, 45, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 1
 """XIDs whose series exist at 0 from discovery on, so the first one is an increase."""
 
 
+_NO_INSTANCE = 0xFFFFFFFF
+"""What NVML puts in an XID event's GPU/compute instance id when none applies."""
+
+
+def _instance_id(value: Any) -> int | None:
+    """An XID event's MIG instance id, or ``None`` when NVML gave none."""
+    return None if value is None or int(value) == _NO_INSTANCE else int(value)
+
+
 def unknown_uuid(index: int) -> str:
     """The ``hw.id`` of a GPU NVML counts but has never let us open: its index stands in."""
     return f"GPU-unknown-index-{index}"
 
 
-class Sampler:
+class Sampler(BatchReads):
     """Reads every GPU and MIG instance once per :meth:`sample` call."""
 
     def __init__(
@@ -172,9 +189,10 @@ class Sampler:
         self._m = nvml.module
         sources = all_sources(catalog)
         self._fields: tuple[Source, ...] = tuple(s for s in sources if s.field_id is not None)
+        # A field's fallback call is a reader too, read only where the field is not answered.
         self._readers: tuple[Reader, ...] = tuple(
-            dict.fromkeys(s.reader for s in sources
-                          if s.reader is not None and s.reader is not NVLINK_STATES)
+            dict.fromkeys(r for s in sources for r in (s.reader, s.fallback)
+                          if r is not None and r is not NVLINK_STATES)
         )
         # The link states are read before the fields: the NVLink fields need the active links.
         self._nvlink = any(s.nvlink is not None or s.reader is NVLINK_STATES for s in sources)
@@ -230,8 +248,9 @@ class Sampler:
                 why = res.message or "no UUID"
                 found.extend(self._unopenable(index, why, old, count, problems))
                 continue
-            gpu = self._describe_gpu(index, res.value, _text(uuid))
-            found.append(previous.get(gpu.device.uuid, gpu))
+            # A GPU seen before keeps its identity: only a new one is described (six calls).
+            known = previous.get(_text(uuid))
+            found.append(known or self._describe_gpu(index, res.value, _text(uuid)))
             found[-1].handle = res.value
             found[-1].open_failure = None
             found.extend(self._discover_mig(found[-1], previous))
@@ -474,7 +493,18 @@ class Sampler:
             code = int(res.value.eventData)
             tracked.xid[code] += 1
             tracked.last_xid = code
+            tracked.xid_events.append(XidEvent(
+                code, self._wall(),
+                _instance_id(getattr(res.value, "gpuInstanceId", None)),
+                _instance_id(getattr(res.value, "computeInstanceId", None)),
+            ))
             log.warning("%s reported XID %d", tracked.label(), code)
+
+    @staticmethod
+    def _take_xids(t: _Tracked) -> tuple[XidEvent, ...]:
+        """The device's XID events read since its last sample, handed on once."""
+        events, t.xid_events = tuple(t.xid_events), []
+        return events
 
     # --- reading, one worker thread per GPU -----------------------------------------------
 
@@ -549,6 +579,7 @@ class Sampler:
             values=t.values if t.failure is None else _NO_VALUES,
             xid_counts=MappingProxyType(dict(t.xid)),
             last_xid=t.last_xid,
+            xid_events=self._take_xids(t),
             error=t.failure,
             age=max(0.0, now - t.read_at) if t.read_at is not None else 0.0,
             processes=t.processes if t.failure is None else None,
@@ -572,6 +603,7 @@ class Sampler:
             state=t.state,
             xid_counts=MappingProxyType(dict(t.xid)),
             last_xid=t.last_xid,
+            xid_events=self._take_xids(t),
             error=t.failure,
             hung=what,
             age=now - (t.read_at if t.read_at is not None else since),
@@ -588,9 +620,9 @@ class Sampler:
         newly_unsupported: list[str] = []
         failure = t.parent.failure if t.parent is not None else t.open_failure
         if failure is None:
-            failure = self._read_fields(t, values, newly_unsupported, worker) or self._read_calls(
-                t, values, newly_unsupported, worker
-            )
+            retry: set[str] = set()  # fields the batch failed this time: their call stands in
+            failure = self._read_fields(t, values, newly_unsupported, worker, retry) or (
+                self._read_calls(t, values, newly_unsupported, worker, retry))
         if self._process_usage:
             t.processes, t.process_utilization = None, False
             if failure is None:
@@ -599,6 +631,7 @@ class Sampler:
             self._gpm.read(t, values, newly_unsupported, worker)
         else:
             t.gpm.restart()  # after a failure, a new interval starts
+            t.kept.clear()  # and nothing read before it is reused
         t.newly_unsupported.extend(newly_unsupported)  # logged for the node by the sampler
         if failure is not None and t.failure is None:
             log.error("%s failed: %s; its series are dropped and hw.status reports failed",
@@ -642,100 +675,9 @@ class Sampler:
                           t.label(), what, res.message)
         return None
 
-    def _read_fields(
-        self, t: _Tracked, values: dict[str, float], unsupported: list[str],
-        worker: DeviceWorker,
-    ) -> str | None:
-        links, failure = self._read_links(t, values, unsupported, worker)
-        if failure is not None:
-            return failure
-        wanted = [s for s in self._fields if s.key not in t.unsupported
-                  and (s.nvlink is None or links)]  # no NVLink series without an active link
-        if not wanted or "fields" in t.unsupported:
-            return None
-        m = self._m
-        requests: list[tuple[Source, int]] = []
-        for src in wanted:
-            if src.nvlink is NvLink.LINKS:
-                # Until the driver has shown whether it answers the all-links scope, ask
-                # for both in the same call.
-                total = t.link_totals.get(src.key)
-                if total is not False:
-                    requests.append((src, ALL_LINKS))
-                if total is not True:
-                    requests.extend((src, link) for link in links)
-            else:
-                requests.append((src, 0))
-        worker.current = "field values"
-        res = self._nvml.call(m.nvmlDeviceGetFieldValues, t.handle,
-                              [(src.field_id, scope) for src, scope in requests])
-        if not res.ok:
-            return self._outcome(t, "fields", res, unsupported)
-        answers: dict[str, dict[int, tuple[int, float | None]]] = {}
-        for (src, scope), entry in zip(requests, res.value, strict=False):
-            code = int(entry.nvmlReturn)
-            value = _field_value(entry) if code == m.NVML_SUCCESS else None
-            answers.setdefault(src.key, {})[scope] = (code, value)
-        for src in wanted:
-            got = answers.get(src.key, {})
-            if src.nvlink is NvLink.LINKS:
-                code, value = self._link_sum(t, src, got, links)
-            else:
-                code, value = got.get(0, (m.NVML_SUCCESS, None))
-            if code == m.NVML_SUCCESS:
-                if value is not None:
-                    values[src.key] = value
-                continue
-            failure = self._outcome(
-                t, src.key, Result(None, classify(code, m), code, error_name(code, m)), unsupported
-            )
-            if failure is not None:
-                return failure
-        return None
-
-    def _read_links(
-        self, t: _Tracked, values: dict[str, float], unsupported: list[str],
-        worker: DeviceWorker,
-    ) -> tuple[tuple[int, ...], str | None]:
-        """The device's active NVLink links (none: its NVLink values are omitted)."""
-        if not self._nvlink or NVLINK_STATES.name in t.unsupported:
-            return (), None
-        worker.current = NVLINK_STATES.name
-        res = self._nvml.call(NVLINK_STATES.read, self._m, t.handle)
-        if not res.ok:
-            return (), self._outcome(t, NVLINK_STATES.name, res, unsupported)
-        values.update(res.value)
-        mask = int(res.value.get(NVLINK_ACTIVE.key, 0))
-        return tuple(link for link in range(mask.bit_length()) if mask >> link & 1), None
-
-    def _link_sum(
-        self, t: _Tracked, src: Source, got: Mapping[int, tuple[int, float | None]],
-        links: tuple[int, ...],
-    ) -> tuple[int, float | None]:
-        """A links field's total: the all-links scope's answer, else the active links' sum.
-
-        A sum needs every active link's answer: a partial one would look like a counter
-        reset. The first answer decides which of the two is asked for from then on.
-        """
-        m = self._m
-        total = got.get(ALL_LINKS)
-        if total is not None and total[0] == m.NVML_SUCCESS:
-            t.link_totals[src.key] = True
-            return total
-        per_link = [got[link] for link in links if link in got]
-        if not per_link:  # the all-links scope answered before: ask for both again next time
-            t.link_totals.pop(src.key, None)
-            return m.NVML_SUCCESS, None
-        for code, _ in per_link:
-            if code != m.NVML_SUCCESS:
-                return code, None
-        if total is not None:
-            t.link_totals[src.key] = False
-        return m.NVML_SUCCESS, sum(v for _, v in per_link if v is not None)
-
     def _read_calls(
         self, t: _Tracked, values: dict[str, float], unsupported: list[str],
-        worker: DeviceWorker,
+        worker: DeviceWorker, retry: set[str],
     ) -> str | None:
         for reader in self._readers:
             if reader.name in t.unsupported:
@@ -744,10 +686,17 @@ class Sampler:
                 continue  # _read_processes makes the same call and counts them too
             if reader.fallback_for and not (
                     "fields" in t.unsupported
-                    or any(key in t.unsupported for key in reader.fallback_for)):
+                    or any(key in t.unsupported or key in t.unbatched or key in retry
+                           for key in reader.fallback_for)):
                 continue  # what it stands in for is there
             if reader.name in t.static:
                 values.update(t.static[reader.name])
+                continue
+            basis = tuple(values.get(key) for key in reader.changes_with)
+            kept = t.kept.get(reader.name)
+            if (kept is not None and None not in basis and kept[0] == basis
+                    and self._seq - kept[1] < self._rediscover_every):
+                values.update(kept[2])  # what it depends on has not moved: nor has it
                 continue
             worker.current = reader.name
             res = self._nvml.call(reader.read, self._m, t.handle)
@@ -755,6 +704,8 @@ class Sampler:
                 values.update(res.value)
                 if reader.static:
                     t.static[reader.name] = dict(res.value)
+                elif reader.changes_with:
+                    t.kept[reader.name] = (basis, self._seq, dict(res.value))
                 continue
             failure = self._outcome(t, reader.name, res, unsupported)
             if failure is not None:

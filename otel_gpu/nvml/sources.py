@@ -8,6 +8,11 @@ by GPM profiling from two samples (``gpm``, see :mod:`otel_gpu.nvml.gpm`). The c
 refers to sources (and through them to readers) by object, so a new metric
 is one catalog entry plus, where NVML needs a new call, one reader here.
 
+Every value NVML also offers as a field id is read in the batched call: it costs
+no call of its own. Such a field keeps the plain call it replaced as its
+``fallback``, read instead on a device whose driver does not answer the field
+(older drivers lack the newer ids), so no value is lost on them.
+
 This is the only module besides :mod:`otel_gpu.nvml.sampler` and
 :mod:`otel_gpu.nvml.library` that knows pynvml; the catalog and the stages
 above it stay free of the driver binding.
@@ -35,13 +40,18 @@ class Reader:
     then stops asking). Readers compare by identity. ``static``: the answer cannot
     change while the driver is loaded (maximum clocks, the power limit range), so it
     is read once per device and reused. ``fallback_for``: source keys this reader
-    stands in for; it is read only on a device that cannot give one of them.
+    stands in for; it is read only on a device that cannot give one of them (in the
+    batch, or at all), and for one sample when the batch answered one with an error.
+    ``changes_with``: batched field keys without whose change the answer cannot change;
+    it is read again only when one of them moves or is missing (and at least once per
+    rediscovery period), the last answer reused otherwise.
     """
 
     name: str
     read: ReadFunc
     static: bool = False
     fallback_for: tuple[str, ...] = ()
+    changes_with: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return f"Reader({self.name!r})"
@@ -62,12 +72,18 @@ class Source:
     gpm: tuple[int, ...] = ()
     nvlink: NvLink | None = None
     """An NVLink field: read only on a GPU with an active NVLink link (see :class:`NvLink`)."""
+    fallback: Reader | None = None
+    """A field's plain call, read on a device whose driver does not answer the field."""
 
     def __post_init__(self) -> None:
         if (self.field_id is not None) + (self.reader is not None) + bool(self.gpm) != 1:
             raise ValueError(f"source {self.key!r} needs exactly one of field_id, reader and gpm")
         if self.nvlink is not None and self.field_id is None:
             raise ValueError(f"source {self.key!r}: only a field can be an NVLink field")
+        if self.fallback is not None and (
+                self.field_id is None or self.key not in self.fallback.fallback_for):
+            raise ValueError(f"source {self.key!r}: a fallback is a field's, and stands in "
+                             "for its key")
 
 
 class NvLink(enum.Enum):
@@ -137,7 +153,8 @@ UTILIZATION = Reader("utilization", _utilization)
 ENCODER = Reader("encoder", lambda m, h: {"util.encoder": m.nvmlDeviceGetEncoderUtilization(h)[0]})
 DECODER = Reader("decoder", lambda m, h: {"util.decoder": m.nvmlDeviceGetDecoderUtilization(h)[0]})
 TEMPERATURE = Reader("temperature", _temperature)
-POWER_USAGE = Reader("power", lambda m, h: {"power": m.nvmlDeviceGetPowerUsage(h)})
+POWER_USAGE = Reader("power", lambda m, h: {"power": m.nvmlDeviceGetPowerUsage(h)},
+                     fallback_for=("power",))
 CLOCK_GRAPHICS_INFO = _clock("graphics", "NVML_CLOCK_GRAPHICS")
 CLOCK_SM_INFO = _clock("sm", "NVML_CLOCK_SM")
 CLOCK_MEM_INFO = _clock("memory", "NVML_CLOCK_MEM")
@@ -157,9 +174,12 @@ def _max_clock(domain: str, clock_type: str) -> Reader:
     return Reader(f"clock.max.{domain}", read, static=True)
 
 
-def _call(name: str, key: str, function: str, *, static: bool = False) -> Reader:
-    """A reader of one NVML function taking only the handle and returning one number."""
-    return Reader(name, lambda m, h: {key: getattr(m, function)(h)}, static=static)
+def _call(name: str, key: str, function: str, *, static: bool = False,
+          fallback: bool = False) -> Reader:
+    """A reader of one NVML function taking only the handle and returning one number;
+    ``fallback``: it stands in for the field giving ``key``."""
+    return Reader(name, lambda m, h: {key: getattr(m, function)(h)}, static=static,
+                  fallback_for=(key,) if fallback else ())
 
 
 def _power_range(m: ModuleType, handle: Any) -> dict[str, float]:
@@ -177,7 +197,7 @@ def _violation(policy: str, constant: str) -> Reader:
         status = m.nvmlDeviceGetViolationStatus(handle, getattr(m, constant))
         return {f"violation.{policy}": status.violationTime}
 
-    return Reader(f"violation.{policy}", read)
+    return Reader(f"violation.{policy}", read, fallback_for=(f"violation.{policy}",))
 
 
 def _pcie_throughput(m: ModuleType, handle: Any) -> dict[str, float]:
@@ -196,9 +216,14 @@ def _row_remap_histogram(m: ModuleType, handle: Any) -> dict[str, float]:
     return {f"remap.banks.{name}": getattr(histogram, name) for name in ROW_REMAP_AVAILABILITY}
 
 
+LINK_COUNT = "nvlink.count"
+"""The link state reader's key for the number of links the GPU has (the sampler's own)."""
+
+
 def _nvlink_states(m: ModuleType, handle: Any) -> dict[str, float]:
-    """Links up, and which: nothing when no link is active (no NVLink series then)."""
-    active = 0
+    """Links up, and which (nothing when no link is active: no NVLink series then), and
+    how many links the GPU has (``LINK_COUNT``)."""
+    active = count = 0
     for link in range(m.NVML_NVLINK_MAX_LINKS):
         try:
             state = m.nvmlDeviceGetNvLinkState(handle, link)
@@ -207,11 +232,12 @@ def _nvlink_states(m: ModuleType, handle: Any) -> dict[str, float]:
             if link and getattr(exc, "value", None) in past_the_last:
                 break
             raise  # on link 0: this GPU has no NVLink
+        count = link + 1
         if state == m.NVML_FEATURE_ENABLED:
             active |= 1 << link
     if not active:
-        return {}
-    return {"nvlink.links": bin(active).count("1"), "nvlink.active": active}
+        return {LINK_COUNT: count}
+    return {LINK_COUNT: count, "nvlink.links": bin(active).count("1"), "nvlink.active": active}
 
 
 CLOCK_VIDEO_INFO = _clock("video", "NVML_CLOCK_VIDEO")
@@ -220,12 +246,14 @@ CLOCK_MAX_SM_INFO = _max_clock("sm", "NVML_CLOCK_SM")
 CLOCK_MAX_MEM_INFO = _max_clock("memory", "NVML_CLOCK_MEM")
 CLOCK_MAX_VIDEO_INFO = _max_clock("video", "NVML_CLOCK_VIDEO")
 POWER_LIMIT_INFO = _call("power_limit", "power.limit.current",
-                         "nvmlDeviceGetPowerManagementLimit")
+                         "nvmlDeviceGetPowerManagementLimit", fallback=True)
 ENFORCED_POWER_LIMIT_INFO = _call("power_limit.enforced", "power.limit.enforced",
-                                  "nvmlDeviceGetEnforcedPowerLimit")
+                                  "nvmlDeviceGetEnforcedPowerLimit", fallback=True)
 DEFAULT_POWER_LIMIT_INFO = _call("power_limit.default", "power.limit.default",
-                                 "nvmlDeviceGetPowerManagementDefaultLimit", static=True)
-POWER_LIMIT_CONSTRAINTS = Reader("power_limit.range", _power_range, static=True)
+                                 "nvmlDeviceGetPowerManagementDefaultLimit", static=True,
+                                 fallback=True)
+POWER_LIMIT_CONSTRAINTS = Reader("power_limit.range", _power_range, static=True,
+                                 fallback_for=("power.limit.min", "power.limit.max"))
 PERFORMANCE_STATE = Reader("pstate", _performance_state)
 PCIE_GEN_INFO = _call("pcie.link.gen", "pcie.link.gen", "nvmlDeviceGetCurrPcieLinkGeneration")
 PCIE_GEN_MAX_INFO = _call("pcie.link.gen.max", "pcie.link.gen.max",
@@ -233,20 +261,35 @@ PCIE_GEN_MAX_INFO = _call("pcie.link.gen.max", "pcie.link.gen.max",
 PCIE_WIDTH_INFO = _call("pcie.link.width", "pcie.link.width", "nvmlDeviceGetCurrPcieLinkWidth")
 PCIE_WIDTH_MAX_INFO = _call("pcie.link.width.max", "pcie.link.width.max",
                             "nvmlDeviceGetMaxPcieLinkWidth", static=True)
-ROW_REMAP_HISTOGRAM = Reader("row_remap_histogram", _row_remap_histogram)
+# A bank's spare rows are used up only by a row remapping, which moves the remapped-row
+# counts, the pending flag (when the reset applies it) or the failure flag.
+ROW_REMAP_HISTOGRAM = Reader("row_remap_histogram", _row_remap_histogram,
+                             changes_with=("remap.corrected", "remap.uncorrected",
+                                           "remap.pending", "remap.failure"))
 NVLINK_STATES = Reader("nvlink", _nvlink_states)
-"""Read before the batched fields: the NVLink fields need the active links."""
+"""Read before the batched fields: the NVLink fields need the active links. Where the
+driver answers :data:`NVLINK_STATE` the same, the batch gives the states instead."""
 
 
-def _field(key: str, name: str, unit: str, nvlink: NvLink | None = None) -> Source:
+def _field(key: str, name: str, unit: str, nvlink: NvLink | None = None, *,
+           fallback: Reader | None = None, plain: str = "") -> Source:
+    """A batched field; ``fallback`` / ``plain``: the call (and its doc) giving the same
+    value, in the same unit, on a driver that does not answer the field."""
     field_id = getattr(pynvml, "NVML_FI_DEV_" + name)
     doc = f"field NVML_FI_DEV_{name}"
     if nvlink is NvLink.LINKS:
         doc += " at scope UINT_MAX (all links), else summed over the active links"
-    return Source(key, doc, unit, field_id=field_id, nvlink=nvlink)
+    if fallback is not None:
+        doc += f" (older drivers: {plain})"
+    return Source(key, doc, unit, field_id=field_id, nvlink=nvlink, fallback=fallback)
 
 
 # --- sources ------------------------------------------------------------------------
+
+NVLINK_STATE = Source("nvlink.state", "field NVML_FI_DEV_NVLINK_GET_STATE at scope LINK", "1",
+                      field_id=pynvml.NVML_FI_DEV_NVLINK_GET_STATE)
+"""A link's state in the batch (``NVML_NVLINK_STATE_ACTIVE``: up), one entry per link: the
+sampler's stand-in for :data:`NVLINK_STATES`' one call per link, not a catalog source."""
 
 MEM_TOTAL = Source("memory.total", "nvmlDeviceGetMemoryInfo_v2 .total", "By", reader=MEMORY)
 MEM_USED = Source("memory.used", "nvmlDeviceGetMemoryInfo_v2 .used", "By", reader=MEMORY)
@@ -261,7 +304,11 @@ UTIL_MEM = Source(
 UTIL_ENC = Source("util.encoder", "nvmlDeviceGetEncoderUtilization", "%", reader=ENCODER)
 UTIL_DEC = Source("util.decoder", "nvmlDeviceGetDecoderUtilization", "%", reader=DECODER)
 TEMP_GPU = Source("temp.gpu", "nvmlDeviceGetTemperatureV(GPU)", "Cel", reader=TEMPERATURE)
-POWER = Source("power", "nvmlDeviceGetPowerUsage", "mW", reader=POWER_USAGE)
+# nvmlDeviceGetPowerUsage gives the 1 s average where the driver has one (Ampere but GA100,
+# and newer), which is exactly what this field gives; elsewhere the field is missing and the
+# call (then instantaneous) is read, as before. Both in mW, scope 0: the GPU alone.
+POWER = _field("power", "POWER_AVERAGE", "mW", fallback=POWER_USAGE,
+               plain="nvmlDeviceGetPowerUsage")
 CLOCK_GRAPHICS = Source(
     "clock.graphics", "nvmlDeviceGetClockInfo(GRAPHICS)", "MHz", reader=CLOCK_GRAPHICS_INFO
 )
@@ -296,9 +343,11 @@ ECC_UNCORRECTED_AGGREGATE = _field("ecc.uncorrected.aggregate", "ECC_DBE_AGG_TOT
 RETIRED_SBE = _field("retired.sbe", "RETIRED_SBE", "{page}")
 RETIRED_DBE = _field("retired.dbe", "RETIRED_DBE", "{page}")
 RETIRED_PENDING = _field("retired.pending", "RETIRED_PENDING", "1")
-NVLINK_LINKS = Source("nvlink.links", "nvmlDeviceGetNvLinkState (links active)", "{link}",
+_STATES_DOC = ("nvmlDeviceGetNvLinkState per link, or field NVML_FI_DEV_NVLINK_GET_STATE per "
+               "link where the driver answers it the same")
+NVLINK_LINKS = Source("nvlink.links", f"{_STATES_DOC} (links active)", "{link}",
                       reader=NVLINK_STATES)
-NVLINK_ACTIVE = Source("nvlink.active", "nvmlDeviceGetNvLinkState (bitmask of active links)",
+NVLINK_ACTIVE = Source("nvlink.active", f"{_STATES_DOC} (bitmask of active links)",
                        "bitmask", reader=NVLINK_STATES)
 NVLINK_ERRORS: tuple[tuple[str, Source], ...] = tuple(
     (kind, _field(f"nvlink.errors.{kind}", f"NVLINK_{name}_ERROR_COUNT_TOTAL", "{error}",
@@ -317,16 +366,22 @@ CLOCK_MAX_MEM = Source("clock.max.memory", "nvmlDeviceGetMaxClockInfo(MEM)", "MH
                        reader=CLOCK_MAX_MEM_INFO)
 CLOCK_MAX_VIDEO = Source("clock.max.video", "nvmlDeviceGetMaxClockInfo(VIDEO)", "MHz",
                          reader=CLOCK_MAX_VIDEO_INFO)
-POWER_LIMIT = Source("power.limit.current", "nvmlDeviceGetPowerManagementLimit", "mW",
-                     reader=POWER_LIMIT_INFO)
-POWER_LIMIT_ENFORCED = Source("power.limit.enforced", "nvmlDeviceGetEnforcedPowerLimit", "mW",
-                              reader=ENFORCED_POWER_LIMIT_INFO)
-POWER_LIMIT_DEFAULT = Source("power.limit.default", "nvmlDeviceGetPowerManagementDefaultLimit",
-                             "mW", reader=DEFAULT_POWER_LIMIT_INFO)
-POWER_LIMIT_MIN = Source("power.limit.min", "nvmlDeviceGetPowerManagementLimitConstraints .min",
-                         "mW", reader=POWER_LIMIT_CONSTRAINTS)
-POWER_LIMIT_MAX = Source("power.limit.max", "nvmlDeviceGetPowerManagementLimitConstraints .max",
-                         "mW", reader=POWER_LIMIT_CONSTRAINTS)
+# The power limit fields are in mW, as the calls are. The limit set through NVML (or any
+# other client) is the requested one; the enforced one is what the driver calls current.
+POWER_LIMIT = _field("power.limit.current", "POWER_REQUESTED_LIMIT", "mW",
+                     fallback=POWER_LIMIT_INFO, plain="nvmlDeviceGetPowerManagementLimit")
+POWER_LIMIT_ENFORCED = _field("power.limit.enforced", "POWER_CURRENT_LIMIT", "mW",
+                              fallback=ENFORCED_POWER_LIMIT_INFO,
+                              plain="nvmlDeviceGetEnforcedPowerLimit")
+POWER_LIMIT_DEFAULT = _field("power.limit.default", "POWER_DEFAULT_LIMIT", "mW",
+                             fallback=DEFAULT_POWER_LIMIT_INFO,
+                             plain="nvmlDeviceGetPowerManagementDefaultLimit")
+POWER_LIMIT_MIN = _field("power.limit.min", "POWER_MIN_LIMIT", "mW",
+                         fallback=POWER_LIMIT_CONSTRAINTS,
+                         plain="nvmlDeviceGetPowerManagementLimitConstraints .min")
+POWER_LIMIT_MAX = _field("power.limit.max", "POWER_MAX_LIMIT", "mW",
+                         fallback=POWER_LIMIT_CONSTRAINTS,
+                         plain="nvmlDeviceGetPowerManagementLimitConstraints .max")
 PSTATE = Source("pstate", "nvmlDeviceGetPerformanceState (omitted when unknown)", "1",
                 reader=PERFORMANCE_STATE)
 PCIE_GEN = Source("pcie.link.gen", "nvmlDeviceGetCurrPcieLinkGeneration", "1",
@@ -345,10 +400,13 @@ PCIE_THROUGHPUT_TX = Source("pcie.throughput.tx", "nvmlDeviceGetPcieThroughput(T
                             reader=PCIE_THROUGHPUT)
 PCIE_THROUGHPUT_RX = Source("pcie.throughput.rx", "nvmlDeviceGetPcieThroughput(RX_BYTES)", "KB/s",
                             reader=PCIE_THROUGHPUT)
+# The perf-policy counters are the same nanoseconds as the call's .violationTime (the
+# clocks-event-reason counters, which NVML defines as aliases of two of them, are in ns).
 VIOLATIONS: tuple[tuple[str, Source], ...] = tuple(
-    (policy, Source(f"violation.{policy}",
-                    f"nvmlDeviceGetViolationStatus(NVML_PERF_POLICY_{constant}) .violationTime",
-                    "ns", reader=_violation(policy, f"NVML_PERF_POLICY_{constant}")))
+    (policy, _field(f"violation.{policy}", f"PERF_POLICY_{constant}", "ns",
+                    fallback=_violation(policy, f"NVML_PERF_POLICY_{constant}"),
+                    plain=f"nvmlDeviceGetViolationStatus(NVML_PERF_POLICY_{constant}) "
+                          ".violationTime"))
     for policy, constant in (("power", "POWER"), ("thermal", "THERMAL"),
                              ("sync_boost", "SYNC_BOOST"), ("board_limit", "BOARD_LIMIT"),
                              ("low_utilization", "LOW_UTILIZATION"),

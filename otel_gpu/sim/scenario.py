@@ -86,7 +86,12 @@ Meaning of each key:
   ``NOT_SUPPORTED`` while the call itself succeeds. Integer values are
   reported as ``NVML_VALUE_TYPE_UNSIGNED_LONG_LONG`` (negative: signed),
   others as ``NVML_VALUE_TYPE_DOUBLE``. The scope id of a request is ignored
-  (but see ``nvlink`` for the NVLink fields).
+  (but see ``nvlink`` for the NVLink fields). Not listed, POWER_AVERAGE, the
+  POWER_*_LIMIT fields and PERF_POLICY_* answer what ``power``,
+  ``power_limits`` and ``violations`` make their calls answer, and
+  NVLINK_GET_STATE (at a link's scope) what ``nvmlDeviceGetNvLinkState``
+  answers, faults and ``slow`` of those calls included
+  (:mod:`otel_gpu.sim.driver.fields`).
 * ``processes``: ``pid`` is required; ``used_memory`` absent reports
   ``NVML_VALUE_NOT_AVAILABLE`` (pynvml turns it into None). Optional
   ``from_sample`` / ``until_sample`` (inclusive) bound when the process is

@@ -196,6 +196,13 @@ CASES: dict[str, Case] = {
     "p11-header-variable-not-encoded": Case(
         ("--otlp-endpoint", SINK), "OTEL_EXPORTER_OTLP_HEADERS: header 2: expected key=value",
         env={"OTEL_EXPORTER_OTLP_HEADERS": f"x-tenant=a,authorization=\"Bearer {SECRET}\""}),
+    "p11-logs-exporter-unknown": Case(
+        ("--otlp-endpoint", SINK), "OTEL_LOGS_EXPORTER: unsupported exporter 'console'",
+        env={"OTEL_LOGS_EXPORTER": "console"}),
+    "p11-logs-endpoint-variable-unclosed-ipv6": Case(
+        ("--otlp-protocol", "grpc"), "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT: not a valid URL",
+        env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+             "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": "http://[::1"}),
     # 12. scenarios
     "p12-count-huge": _scenario(GPU + "    count: 100000000\n",
                                 "devices[0].count: at most 512 GPUs in a scenario"),

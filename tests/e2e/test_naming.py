@@ -201,7 +201,8 @@ def test_golden_otel_exposition(collector, kubelet, scenario):
         if len(series(text, "nvidia_gpu_k8s_allocation")) != rows:
             return None
         for name, labels, _ in parse_samples(text):
-            if "hw_id" in labels and name != "nvidia_gpu_k8s_allocation" and (
+            per_container = name.startswith(("nvidia_gpu_k8s_allocation", "nvidia_gpu_k8s_energy"))
+            if "hw_id" in labels and not per_container and (
                     labels.get("k8s_pod_name", "") != owners.get(labels["hw_id"], "")):
                 return None
         return text

@@ -15,6 +15,7 @@ from otel_gpu.snapshot import DEGRADED, OK
 ALL_LINKS = 0xFFFFFFFF
 TX = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
 RX = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
+STATE = pynvml.NVML_FI_DEV_NVLINK_GET_STATE
 NVLINK_KEYS = {"nvlink.links", "nvlink.active", "nvlink.tx", "nvlink.rx",
                "nvlink.errors.crc_flit", "nvlink.errors.crc_data", "nvlink.errors.replay",
                "nvlink.errors.recovery"}
@@ -92,9 +93,13 @@ def test_without_the_all_links_scope_the_active_links_are_summed(sampler):
     s.sample()
     assert _link_requests(lib.requests[1]) == [(TX, 0), (TX, 1), (TX, 3)]
     values = s.sample().devices[0].values  # sample 3: link 3 is down
-    assert _link_requests(lib.requests[2]) == [(TX, 0), (TX, 1)]
+    # asked for the links active at the last read (the states come in the same call),
+    # summed over those active now
+    assert _link_requests(lib.requests[2]) == [(TX, 0), (TX, 1), (TX, 3)]
     assert values["nvlink.tx"] == 1020 + 20000
     assert values["nvlink.links"] == 2
+    s.sample()
+    assert _link_requests(lib.requests[3]) == [(TX, 0), (TX, 1)]
 
 
 def test_links_up_and_error_totals(sampler):
@@ -143,7 +148,9 @@ devices:
     for _ in range(2):
         values = s.sample().devices[0].values
         assert not NVLINK_KEYS & set(values)
-    assert lib.calls["nvmlDeviceGetNvLinkState"] == 2 * 3  # two links and the end, each sample
+    # two links and the end, on the first read; the batch gives the states from then on
+    assert lib.calls["nvmlDeviceGetNvLinkState"] == 3
+    assert [p for p in lib.requests[1] if p[0] == STATE] == [(STATE, 0), (STATE, 1)]
     assert all(fid != TX for req in lib.requests for fid, _ in req)
 
 
@@ -188,8 +195,13 @@ devices:
 """
 
 
+OLDER_DRIVER = ("    unsupported: [POWER_REQUESTED_LIMIT, POWER_CURRENT_LIMIT, POWER_DEFAULT_LIMIT,"
+                " POWER_MIN_LIMIT, POWER_MAX_LIMIT]\n")
+"""A driver without the power limit field ids: each limit is read with its own call."""
+
+
 def test_static_values_are_read_once_and_the_others_every_sample(sampler):
-    lib, s = sampler(STATIC)
+    lib, s = sampler(STATIC + OLDER_DRIVER)
     seen = [s.sample().devices[1].values for _ in range(3)]
     assert lib.calls["nvmlDeviceGetMaxClockInfo"] == 2 * 4
     assert lib.calls["nvmlDeviceGetPowerManagementDefaultLimit"] == 2
@@ -203,6 +215,20 @@ def test_static_values_are_read_once_and_the_others_every_sample(sampler):
     for v in seen:  # the static ones keep being reported
         assert (v["clock.max.video"], v["power.limit.min"], v["pcie.link.width.max"]) == (
             1770, 40000, 16)
+
+
+def test_power_limits_cost_no_call_of_their_own_where_the_batch_answers_them(sampler):
+    lib, s = sampler(STATIC)
+    seen = [s.sample().devices[1].values for _ in range(3)]
+    for symbol in ("nvmlDeviceGetPowerManagementLimit", "nvmlDeviceGetEnforcedPowerLimit",
+                   "nvmlDeviceGetPowerManagementDefaultLimit",
+                   "nvmlDeviceGetPowerManagementLimitConstraints"):
+        assert lib.calls[symbol] == 0, symbol
+    assert lib.calls["nvmlDeviceGetFieldValues"] == 2 * 3
+    assert [v["power.limit.current"] for v in seen] == [72000, 71000, 70000]
+    for v in seen:
+        assert (v["power.limit.enforced"], v["power.limit.default"], v["power.limit.min"],
+                v["power.limit.max"]) == (72000, 72000, 40000, 72000)
 
 
 def test_an_unknown_performance_state_is_omitted(sampler):

@@ -1,4 +1,4 @@
-"""A real OTLP metrics receiver (gRPC and HTTP) for end-to-end tests.
+"""A real OTLP metrics and logs receiver (gRPC and HTTP) for end-to-end tests.
 
 Tests point the collector's ``OTEL_EXPORTER_OTLP_*`` settings at an
 :class:`OtlpReceiver`, then assert on what was delivered.  The receiver decodes
@@ -6,6 +6,11 @@ the official ``opentelemetry-proto`` messages, records every export attempt
 with its transport details, and can be told to fail, answer with partial
 success, answer slowly, or go down and come back on the same ports, so that
 retry and recovery behaviour can be tested against real sockets.
+
+Logs (``LogsService`` over gRPC, ``POST /v1/logs`` over HTTP) are recorded on
+their own (:attr:`OtlpReceiver.log_requests`, :meth:`OtlpReceiver.log_records`)
+and always answered with success, so the metrics' recordings and programmed
+answers stay as they were.
 """
 
 from __future__ import annotations
@@ -31,15 +36,20 @@ import grpc
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from google.rpc import error_details_pb2, status_pb2
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 ExportMetricsServiceRequest = metrics_service_pb2.ExportMetricsServiceRequest
 ExportMetricsServiceResponse = metrics_service_pb2.ExportMetricsServiceResponse
+ExportLogsServiceRequest = logs_service_pb2.ExportLogsServiceRequest
+ExportLogsServiceResponse = logs_service_pb2.ExportLogsServiceResponse
 
 __all__ = [
+    "ExportLogsServiceRequest",
     "ExportMetricsServiceRequest",
+    "LogRow",
     "OtlpReceiver",
     "ReceivedRequest",
     "Row",
@@ -52,6 +62,7 @@ __all__ = [
 
 # Full gRPC service name, taken from the official descriptor rather than spelled by hand.
 _SERVICE = metrics_service_pb2.DESCRIPTOR.services_by_name["MetricsService"].full_name
+_LOGS_SERVICE = logs_service_pb2.DESCRIPTOR.services_by_name["LogsService"].full_name
 _MAX_MESSAGE = 64 * 1024 * 1024
 _BIND_RETRY_S = 3.0
 
@@ -191,6 +202,32 @@ def has_metric(name: str) -> Callable[[ReceivedRequest], bool]:
     return lambda received: name in metric_names(received)
 
 
+class LogRow(NamedTuple):
+    """One log record, flattened with its Resource and scope."""
+
+    resource: dict[str, Any]
+    scope: str
+    event_name: str
+    severity_number: int
+    severity_text: str
+    body: Any
+    attributes: dict[str, Any]
+    time_unix_nano: int
+
+
+def log_rows(request: ExportLogsServiceRequest) -> list[LogRow]:
+    """Every log record of a logs request as a :class:`LogRow`."""
+    out: list[LogRow] = []
+    for rl in request.resource_logs:
+        resource = attributes(rl.resource.attributes)
+        for sl in rl.scope_logs:
+            for r in sl.log_records:
+                out.append(LogRow(resource, sl.scope.name, r.event_name, r.severity_number,
+                                  r.severity_text, any_value(r.body), attributes(r.attributes),
+                                  r.time_unix_nano))
+    return out
+
+
 # --------------------------------------------------------------------------- records
 
 
@@ -221,6 +258,20 @@ class ReceivedRequest:
 
     def metric_names(self) -> set[str]:
         return metric_names(self.request)
+
+
+@dataclass(frozen=True)
+class ReceivedLogs:
+    """One logs export as the receiver saw it (always accepted)."""
+
+    transport: str  # "grpc" | "http"
+    request: ExportLogsServiceRequest
+    headers: dict[str, Any]
+    compression: str
+    arrived: float
+
+    def rows(self) -> list[LogRow]:
+        return log_rows(self.request)
 
 
 @dataclass(frozen=True)
@@ -349,8 +400,9 @@ class _HttpHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         arrived = time.monotonic()
         receiver = self.server.receiver
-        if urlsplit(self.path).path != "/v1/metrics":
-            self._reject(404, "only /v1/metrics is served")
+        path = urlsplit(self.path).path
+        if path not in ("/v1/metrics", "/v1/logs"):
+            self._reject(404, "only /v1/metrics and /v1/logs are served")
             return
         raw = self._read_body()
         encoding = (self.headers.get("Content-Encoding") or "identity").strip().lower()
@@ -368,6 +420,9 @@ class _HttpHandler(BaseHTTPRequestHandler):
             self._reject(400, f"cannot decompress {encoding} body: {exc}")
             return
         content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        if path == "/v1/logs":
+            self._logs(payload, encoding, content_type, arrived)
+            return
         try:
             if content_type == "application/x-protobuf":
                 request = ExportMetricsServiceRequest.FromString(payload)
@@ -428,6 +483,25 @@ class _HttpHandler(BaseHTTPRequestHandler):
             response.partial_success.error_message = partial[1]
         record(PARTIAL_SUCCESS if partial is not None else OK)
         self._reply(200, _encode(response, content_type), content_type)
+
+
+    def _logs(self, payload: bytes, encoding: str, content_type: str, arrived: float) -> None:
+        try:
+            if content_type == "application/x-protobuf":
+                request = ExportLogsServiceRequest.FromString(payload)
+            elif content_type == "application/json":
+                request = json_format.Parse(payload, ExportLogsServiceRequest(),
+                                            ignore_unknown_fields=True)
+            else:
+                self._reject(415, f"unsupported Content-Type {content_type!r}")
+                return
+        except (DecodeError, json_format.ParseError, UnicodeDecodeError) as exc:
+            self._reject(400, f"cannot decode ExportLogsServiceRequest: {exc}")
+            return
+        headers = {key.lower(): value for key, value in self.headers.items()}
+        self.server.receiver._record_logs(
+            ReceivedLogs("http", request, headers, encoding, arrived))
+        self._reply(200, _encode(ExportLogsServiceResponse(), content_type), content_type)
 
 
 def _encode(message: Any, content_type: str) -> bytes:
@@ -513,6 +587,7 @@ class OtlpReceiver:
 
         self._cond = threading.Condition()
         self._attempts: list[ReceivedRequest] = []
+        self._logs: list[ReceivedLogs] = []
         self._errors: list[str] = []
         self._version = 0
         self._in_flight = 0
@@ -618,8 +693,14 @@ class OtlpReceiver:
             request_deserializer=None,  # raw bytes: see _sniff_grpc_payload
             response_serializer=ExportMetricsServiceResponse.SerializeToString,
         )
+        logs_handler = grpc.unary_unary_rpc_method_handler(
+            self._grpc_export_logs,
+            request_deserializer=None,
+            response_serializer=ExportLogsServiceResponse.SerializeToString,
+        )
         server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(_SERVICE, {"Export": handler}),)
+            (grpc.method_handlers_generic_handler(_SERVICE, {"Export": handler}),
+             grpc.method_handlers_generic_handler(_LOGS_SERVICE, {"Export": logs_handler}))
         )
         address = f"{self._host}:{port}"
         deadline = time.monotonic() + _BIND_RETRY_S
@@ -860,7 +941,47 @@ class OtlpReceiver:
         record(PARTIAL_SUCCESS if partial is not None else OK)
         return response
 
+    def _grpc_export_logs(self, raw: bytes, context: grpc.ServicerContext) -> Any:
+        arrived = time.monotonic()
+        try:
+            compression, payload = _sniff_grpc_payload(raw)
+            request = ExportLogsServiceRequest.FromString(payload)
+        except (DecodeError, OSError, zlib.error, EOFError) as exc:
+            self._note_error(f"grpc: cannot decode ExportLogsServiceRequest: {exc}")
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"cannot decode request: {exc}")
+        headers = {key.lower(): value for key, value in context.invocation_metadata()}
+        self._record_logs(ReceivedLogs("grpc", request, headers, compression, arrived))
+        return ExportLogsServiceResponse()
+
     # ----------------------------------------------------------------- recordings
+
+    def _record_logs(self, received: ReceivedLogs) -> None:
+        with self._cond:
+            self._logs.append(received)
+            self._version += 1
+            self._cond.notify_all()
+
+    @property
+    def log_requests(self) -> list[ReceivedLogs]:
+        """Logs exports received, oldest first; a copy."""
+        with self._cond:
+            return list(self._logs)
+
+    def log_records(self) -> list[LogRow]:
+        """Every log record received, in arrival order."""
+        return [row for received in self.log_requests for row in received.rows()]
+
+    def wait_for_logs(
+        self, predicate: Callable[[LogRow], bool] | None = None, timeout: float = 10.0,
+        *, count: int = 1,
+    ) -> list[LogRow]:
+        """Block until ``count`` received log records match; return all matches so far."""
+
+        def matches() -> list[LogRow] | None:
+            found = [r for r in self.log_records() if predicate is None or predicate(r)]
+            return found if len(found) >= count else None
+
+        return self.wait_until(matches, timeout, f"{count} matching log record(s)")
 
     def _record(self, received: ReceivedRequest) -> None:
         with self._cond:
@@ -897,6 +1018,7 @@ class OtlpReceiver:
         """Forget recorded requests and errors (programmed answers stay)."""
         with self._cond:
             self._attempts.clear()
+            self._logs.clear()
             self._errors.clear()
             self._version += 1
 
@@ -956,7 +1078,7 @@ class OtlpReceiver:
         with self._cond:
             attempts = list(self._attempts)
             errors = list(self._errors)
-        if not attempts and not errors:
+        if not attempts and not errors and not self.log_requests:
             return "nothing arrived"
         start = attempts[0].arrived if attempts else 0.0
         lines = [f"{len(attempts)} attempt(s):"]
@@ -967,6 +1089,10 @@ class OtlpReceiver:
                 f"compression={r.compression} resources={len(r.request.resource_metrics)} "
                 f"metrics=[{names}]"
             )
+        logs = self.log_requests
+        if logs:
+            lines.append(f"{len(logs)} logs export(s), "
+                         f"{sum(len(r.rows()) for r in logs)} record(s)")
         if errors:
             lines.append(f"{len(errors)} error(s):")
             lines += [f"  {e}" for e in errors[-20:]]

@@ -15,7 +15,7 @@ import collections
 import ctypes
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -233,9 +233,7 @@ class DriverCore:
             raise Fail(pynvml.NVML_ERROR_GPU_IS_LOST)
         if target.mig is not None and not target.mig.exists_at(sample):
             raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)  # a handle from before a re-layout
-        delay = sum(s.seconds for s in gpu.slow if s.function == symbol and sample > s.after)
-        if delay > 0:
-            self._sleep(delay)
+        self.delay((symbol,), gpu, sample)
         code = target.faults.calls.get(symbol)
         if code:
             raise Fail(code)
@@ -243,6 +241,13 @@ class DriverCore:
             if symbol == "nvmlDeviceGetMigDeviceHandleByIndex":
                 raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
             raise Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    def delay(self, symbols: Iterable[str], gpu: GpuSpec, sample: int) -> None:
+        """Sleep through the scenario's ``slow`` entries for ``symbols`` on this GPU."""
+        wanted = set(symbols)
+        delay = sum(s.seconds for s in gpu.slow if s.function in wanted and sample > s.after)
+        if delay > 0:
+            self._sleep(delay)
 
     @staticmethod
     def _uint(value: Value | None, sample: int, k: int, maximum: int = U32_MAX) -> int:

@@ -1,0 +1,145 @@
+"""Where a cycle's CPU goes, in one process: sample, SDK collection, text, gzip, OTLP.
+
+The harness (:mod:`benchmarks.run`) sees a whole process from outside; this
+runs the collector's stages in-process on the same scenarios and times each
+with the process's CPU clock (median of ``--repeat`` rounds after one warm-up),
+beside the prometheus_client render of the same series:
+
+- ``sample``: one NVML sample on the fake driver (``Sampler.sample``);
+- ``collect``: one SDK collection (every instrument callback) through the
+  collector's :class:`~otel_gpu.exporters.collected.CollectingReader`;
+- ``write``: that collection as Prometheus text (:class:`TextWriter`), and
+  ``write_exporter``: the same through OpenTelemetry's Prometheus exporter
+  and prometheus_client, as the collector wrote it before;
+- ``gzip``: the body at level 5, as the render cache stores it;
+- ``otlp``: the pod regrouping and OTLP encoding of one push with the cached
+  encoder, and ``otlp_sdk``: with the SDK's encoder;
+- ``promclient``: prometheus_client's ``generate_latest`` and gzip of a
+  registry holding the same series (what the baseline does per scrape).
+
+    python -m benchmarks.render [--configs gpus-8,gpus-64] [--repeat 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from benchmarks.baselines import series_file
+from benchmarks.scenarios import NODES, write_scenario
+
+STAGES = ("sample", "collect", "write", "write_exporter", "gzip", "otlp", "otlp_sdk",
+          "promclient")
+
+
+def cpu_ms(fn: Callable[[], object], repeat: int) -> float:
+    """Median CPU milliseconds of ``fn`` over ``repeat`` calls, after one warm-up."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        start = time.process_time()
+        fn()
+        times.append(1000 * (time.process_time() - start))
+    return statistics.median(times)
+
+
+def promclient_render(body: str) -> Callable[[], bytes]:
+    """prometheus_client's render of a registry holding the series of ``body``, gzipped."""
+    from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+    registry = CollectorRegistry(auto_describe=False)
+    for fam in series_file(body):
+        kind = Counter if fam["type"] == "counter" else Gauge
+        metric = kind(fam["name"], fam["help"], fam["labels"], registry=registry)
+        for values, value in fam["samples"]:
+            child = metric.labels(*values) if fam["labels"] else metric
+            child.inc(value) if kind is Counter else child.set(value)
+    return lambda: gzip.compress(generate_latest(registry), 5)
+
+
+def measure(node_name: str, repeat: int) -> dict[str, float]:
+    from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from otel_gpu import sim
+    from otel_gpu.exporters.collected import CollectingReader
+    from otel_gpu.exporters.otlp import PodResourceExporter
+    from otel_gpu.exporters.otlp_encode import Encoder
+    from otel_gpu.exporters.prometheus_text import TextWriter
+    from otel_gpu.nvml.library import Nvml
+    from otel_gpu.nvml.sampler import Sampler
+    from otel_gpu.telemetry import build_meter_provider, build_resource
+
+    node = NODES[node_name]
+    with tempfile.TemporaryDirectory(prefix="otel-gpu-render-") as tmp:
+        sim.install(sim.FakeNvml(sim.load_scenario(str(write_scenario(node, Path(tmp))))))
+    nvml = Nvml()
+    nvml.init()
+    sampler = Sampler(nvml, read_timeout=10.0)
+    try:
+        state = {"snap": sampler.sample()}
+        resource = build_resource(environ={})
+        ours, registry = CollectingReader(), CollectorRegistry(auto_describe=False)
+        exporter = PrometheusMetricReader(registry=registry, scope_info_enabled=False)
+        provider = build_meter_provider(resource, [ours, exporter], lambda: state["snap"],
+                                        cardinality_limit=1_000_000)
+        writer, encoder = TextWriter(), Encoder()
+        data = ours.collect_now()
+        body = writer.write(data)
+        regroup = PodResourceExporter(_Null(), resource).regroup
+        out = {
+            "sample": cpu_ms(lambda: state.update(snap=sampler.sample()), repeat),
+            "collect": cpu_ms(ours.collect_now, repeat),
+            "write": cpu_ms(lambda: writer.write(data), repeat),
+            "write_exporter": cpu_ms(lambda: generate_latest(registry), repeat),
+            "gzip": cpu_ms(lambda: gzip.compress(body, 5), repeat),
+            "otlp": cpu_ms(lambda: encoder.encode(regroup(data)).SerializeToString(), repeat),
+            "otlp_sdk": cpu_ms(lambda: encode_metrics(regroup(data)).SerializeToString(),
+                               repeat),
+            "promclient": cpu_ms(promclient_render(body.decode()), repeat),
+        }
+        provider.shutdown()
+        return out
+    finally:
+        sampler.close()
+        nvml.shutdown()
+        sim.uninstall()
+
+
+class _Null:
+    """An exporter that sends nothing (the regrouping reads its preferences)."""
+
+    _preferred_temporality: dict = {}
+    _preferred_aggregation: dict = {}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", default="gpus-8,gpus-64,gpus-256")
+    parser.add_argument("--repeat", type=int, default=10)
+    args = parser.parse_args(argv)
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    unknown = [c for c in configs if c not in NODES]
+    if unknown:
+        parser.error(f"unknown configuration(s): {', '.join(unknown)}")
+    print("| node | " + " | ".join(STAGES) + " | render / promclient | cycle / promclient |")
+    print("|---" * (len(STAGES) + 3) + "|")
+    for name in configs:
+        m = measure(name, args.repeat)
+        render = m["collect"] + m["write"] + m["gzip"]
+        print(f"| {name} | " + " | ".join(f"{m[s]:.1f}" for s in STAGES)
+              + f" | {render / m['promclient']:.2f}"
+              + f" | {(render + m['sample']) / m['promclient']:.2f} |")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,108 @@
+"""GPU events end to end: the real process, the fake driver's XID and throttling scripts, a
+fake kubelet, and the records at a real OTLP receiver."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pynvml
+
+from tests.support.exposition import series
+from tests.support.kubelet import container, devices, pod
+
+HELD = "GPU-8a1c7f00-0000-4000-8000-000000000001"
+FREE = "GPU-8a1c7f00-0000-4000-8000-000000000002"
+H100 = "NVIDIA H100 80GB HBM3"
+THERMAL = pynvml.nvmlClocksEventReasonHwThermalSlowdown
+XID_AT = 20
+"""The XID comes late enough for the kubelet's first answer to be there."""
+# Sample n reads element n-1: thermal throttling in samples 3-6, a one-sample flap back at 8
+# (inside the hysteresis: no record), then none; zeros long past the end of the test.
+THROTTLE = [0, 0, THERMAL, THERMAL, THERMAL, THERMAL, 0, THERMAL] + [0] * 200
+FAST = {"OTEL_METRIC_EXPORT_INTERVAL": "500", "OTEL_EXPORTER_OTLP_TIMEOUT": "5"}
+
+
+def _scenario(tmp_path) -> str:
+    path = tmp_path / "events.yaml"
+    path.write_text(textwrap.dedent(f"""
+        driver_version: "550.90.07"
+        devices:
+          - name: {H100}
+            uuid: {HELD}
+            memory: {{total: 85520809984, used: 1}}
+            power: 300000
+            clock_event_reasons: 0
+            xid: [{{sample: {XID_AT}, code: 79}}]
+            lost_after: {XID_AT}
+          - name: {H100}
+            uuid: {FREE}
+            memory: {{total: 85520809984, used: 1}}
+            power: 300000
+            clock_event_reasons: {THROTTLE}
+    """))
+    return str(path)
+
+
+def _named(name: str, uuid: str):
+    return lambda r: r.event_name == name and r.attributes.get("hw.id") == uuid
+
+
+def test_an_xid_79_and_a_throttling_episode_arrive_as_log_records(
+        collector, receiver, kubelet, tmp_path):
+    kubelet.set_pods([pod("train-0", container("main", devices("nvidia.com/gpu", HELD)),
+                          namespace="ml")])
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.http_endpoint, "NODE_NAME": "gpu-node-7",
+           **FAST}
+    proc = collector("--simulate", _scenario(tmp_path), "--kubelet-socket",
+                     kubelet.socket_path, "--kubelet-interval", "0.1", env=env,
+                     interval="0.25")
+    receiver.wait_for_logs(_named("nvidia.gpu.state.change", HELD), timeout=60)
+    receiver.wait_for_logs(lambda r: r.event_name == "nvidia.gpu.throttle.thermal"
+                           and r.attributes.get("nvidia.gpu.event.phase") == "end", timeout=60)
+    text = proc.wait_sample(XID_AT + 6)  # a few samples more: nothing repeats
+    assert series(text, "otel_gpu_events_dropped_total")[0][1] == 0  # there, at 0
+    assert series(text, "otel_gpu_events_total")[0][1] >= 4
+    code, _ = proc.stop()
+    assert code == 0
+    rows = receiver.log_records()
+
+    (xid,) = [r for r in rows if r.event_name == "nvidia.gpu.xid"]
+    assert xid.resource["k8s.pod.name"] == "train-0"
+    assert xid.resource["k8s.namespace.name"] == "ml"
+    assert xid.resource["k8s.container.name"] == "main"
+    assert xid.resource["k8s.node.name"] == "gpu-node-7"
+    assert xid.severity_text == "FATAL" and xid.severity_number == 21
+    assert xid.body == "GPU no longer reachable on the PCIe bus"
+    assert xid.attributes["hw.id"] == HELD and xid.attributes["nvidia.gpu.xid"] == 79
+    assert xid.attributes["nvidia.gpu.xid.class"] == "fatal"
+    assert not {"k8s.pod.name", "k8s.namespace.name"} & set(xid.attributes)
+
+    (lost,) = [r for r in rows if _named("nvidia.gpu.state.change", HELD)(r)]
+    assert lost.attributes["hw.state"] == "failed" and lost.severity_text == "FATAL"
+    assert lost.resource["k8s.pod.name"] == "train-0"
+
+    throttle = [r for r in rows if r.event_name.startswith("nvidia.gpu.throttle")]
+    phases = [(r.event_name, r.attributes["nvidia.gpu.event.phase"]) for r in throttle]
+    assert phases == [("nvidia.gpu.throttle.thermal", "start"),
+                      ("nvidia.gpu.throttle.thermal", "end")]
+    start, end = throttle
+    assert all(r.attributes["hw.id"] == FREE for r in throttle)
+    assert all("k8s.pod.name" not in r.resource for r in throttle)  # a free GPU: the node's
+    assert start.severity_text == "WARN" and end.severity_text == "INFO"
+    assert end.attributes["nvidia.gpu.event.duration"] > 0
+    assert start.time_unix_nano < end.time_unix_nano
+
+    # the collector's own XID line is on stderr once, and only there
+    assert sum("reported XID 79" in line for line in proc.lines) == 1
+    assert not any(r.body and "reported XID" in str(r.body) for r in rows)
+
+
+def test_logs_off_with_otel_logs_exporter_none(collector, receiver, tmp_path):
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.http_endpoint, "OTEL_LOGS_EXPORTER": "none",
+           **FAST}
+    proc = collector("--simulate", _scenario(tmp_path), env=env, interval="0.25")
+    proc.wait_sample(XID_AT + 2)
+    receiver.wait_for(lambda req: "hw.power" in req.metric_names(), timeout=30)
+    proc.stop()
+    assert receiver.log_requests == []
+    assert "GPU events are not sent" in proc.log
