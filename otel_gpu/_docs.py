@@ -5,7 +5,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from otel_gpu.catalog import CATALOG, DEVICE_ATTRIBUTES, Kind, Metric
+from otel_gpu.catalog import (
+    CATALOG,
+    DEVICE_ATTRIBUTES,
+    IDENTITY_ATTRIBUTES,
+    WORKLOAD_ATTRIBUTES,
+    Kind,
+    Metric,
+)
 
 # The OpenTelemetry Prometheus exporter's unit suffixes for the units we use.
 _PROM_UNITS = {"By": "bytes", "W": "watts", "J": "joules", "Cel": "celsius", "Hz": "hertz",
@@ -59,17 +66,30 @@ def markdown(catalog: Sequence[Metric] = CATALOG) -> str:
         "",
         "## Device attributes",
         "",
-        "Every series of a GPU or MIG instance carries these (Prometheus label: dots",
-        "become underscores, e.g. `hw.id` -> `hw_id`).",
+        "The series of a GPU or MIG instance carry these (Prometheus label: dots",
+        "become underscores, e.g. `hw.id` -> `hw_id`). With `device_attributes: all`",
+        "(the default) every series carries every attribute, and `nvidia.gpu.info` (one",
+        "series per device, value 1) carries them too. With `device_attributes: identity`",
+        "every series carries only what identifies the device and its workload, and",
+        "`nvidia.gpu.info` alone what describes it: join on `hw_id`, e.g.",
+        "`hw_power_watts * on (hw_id) group_left (hw_model) nvidia_gpu_info`.",
         "",
-        "| Attribute | Meaning |",
-        "|---|---|",
+        "| Attribute | On | Meaning |",
+        "|---|---|---|",
     ]
-    out += [f"| `{key}` | {meaning} |" for key, meaning in DEVICE_ATTRIBUTES]
+    for key, meaning in DEVICE_ATTRIBUTES:
+        if key in IDENTITY_ATTRIBUTES:
+            where = "every series, `nvidia.gpu.info` too"
+        elif key in WORKLOAD_ATTRIBUTES:
+            where = "every series but `nvidia.gpu.info`"
+        else:
+            where = "`nvidia.gpu.info` (every series with `device_attributes: all`)"
+        out.append(f"| `{key}` | {where} | {meaning} |")
     out += [
         "",
         "A failed device (lost, or NVML reports it broken) keeps `hw.status` (with",
-        "`hw.state=\"failed\"` valued 1), its XID counts and its sample age; its other",
+        "`hw.state=\"failed\"` valued 1), its XID counts, its sample age and its",
+        "`nvidia.gpu.info`; its other",
         "series are dropped until it recovers. A GPU NVML counts but cannot open is such",
         "a device too: it keeps the identity it was seen with, or, if it was never opened,",
         "`hw.id=\"GPU-unknown-index-N\"` and the PCI bus id sysfs gives for index N.",
@@ -87,14 +107,14 @@ def markdown(catalog: Sequence[Metric] = CATALOG) -> str:
 _DCGM_LABELS = (
     ("gpu", "nvidia_gpu_index"),
     ("UUID", "hw_id (for a MIG instance: hw_parent; hw_id is the instance's own MIG UUID)"),
-    ("pci_bus_id", "nvidia_gpu_pci_bus_id"),
+    ("pci_bus_id", "nvidia_gpu_pci_bus_id (on nvidia_gpu_info)"),
     ("device", "none: `nvidia` + the minor number; `hw_id` identifies the device"),
-    ("modelName", "hw_model"),
+    ("modelName", "hw_model (on nvidia_gpu_info)"),
     ("GPU_I_PROFILE", "nvidia_gpu_mig_profile"),
     ("GPU_I_ID", "nvidia_gpu_mig_gpu_instance_id"),
     ("hostname (Hostname before)", "host_name in target_info, or k8s_node_name"),
-    ("DCGM_FI_DRIVER_VERSION", "hw_driver_version"),
-    ("DCGM_FI_DEV_SERIAL", "hw_serial_number"),
+    ("DCGM_FI_DRIVER_VERSION", "hw_driver_version (on nvidia_gpu_info)"),
+    ("DCGM_FI_DEV_SERIAL", "hw_serial_number (on nvidia_gpu_info)"),
     ("container, namespace, pod", "k8s_container_name, k8s_namespace_name, k8s_pod_name"),
     ("err_code, err_msg", "the `xid` code of `nvidia_gpu_xid_errors_total`"),
 )
@@ -277,6 +297,19 @@ def migration() -> str:
     out += [f"| `{old}` | {new} |" for old, new in _DCGM_LABELS]
     out += [
         "",
+        "The labels marked (on nvidia_gpu_info) describe the device. They are on every",
+        "series by default; with `device_attributes: identity` they are written once per",
+        "device, on `nvidia_gpu_info` alone, and a dashboard grouping by one joins it on",
+        "`hw_id` (which works with either setting):",
+        "",
+        "```promql",
+        "# DCGM_FI_DEV_GPU_TEMP by modelName",
+        "avg by (hw_model) (",
+        "  hw_temperature_celsius{hw_sensor_location=\"gpu\"}",
+        "  * on (hw_id) group_left (hw_model) nvidia_gpu_info",
+        ")",
+        "```",
+        "",
         "## dcgm-exporter options",
         "",
         *_DCGM_OPTIONS,
@@ -287,7 +320,8 @@ def migration() -> str:
         "",
         "Labels `container`, `namespace`, `pod`, `make` (`nvidia`), `model`, `acc_id` (the",
         "GPU or MIG UUID) become `k8s_container_name`, `k8s_namespace_name`,",
-        "`k8s_pod_name`, `hw_vendor`, `hw_model` and `hw_id`.",
+        "`k8s_pod_name`, `hw_vendor`, `hw_model` and `hw_id` (`hw_vendor` and `hw_model`",
+        "on `nvidia_gpu_info`, joined on `hw_id`, with the default `device_attributes`).",
         "",
         "The values are the kubelet's (cAdvisor's), which read `nvmlDeviceGetMemoryInfo`",
         "version 1: memory used includes the memory the driver reserves (on an H100,",

@@ -232,7 +232,8 @@ class Service:
 
         # A bad OTLP setting fails here, at start-up.
         self.telemetry = Telemetry(resource, lambda: store.latest, readers, clock=clock,
-                                   catalog=(*CATALOG, *event_metrics))
+                                   catalog=(*CATALOG, *event_metrics),
+                                   device_attributes=config.device_attributes)
         self.cache: RenderCache | None = None
         if "prometheus" in self.exporters:
             profiles = naming.build_profiles(

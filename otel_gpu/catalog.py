@@ -178,6 +178,10 @@ class Metric:
     """Attribute keys a ``per_device``/``per_node`` row adds, for the docs."""
     reported_when_failed: bool = False
     """Whether a failed device keeps this series (its status, XID counts and sample age)."""
+    describes_device: bool = False
+    """Whether the series carry every attribute of the device, the descriptive ones too,
+    and none of its pods' or jobs': the info metric, which holds what the other series
+    leave out under ``device_attributes: identity`` and stays put while pods come and go."""
 
     def attribute_keys(self) -> list[str]:
         """Attribute keys this metric adds beyond the device's own."""
@@ -238,6 +242,15 @@ HPC_JOB = "nvidia.gpu.hpc.job.id"
 """HPC (Slurm) job ids using the device, comma-separated; OpenTelemetry has no convention
 for a batch job yet (see docs/hpc.md)."""
 
+IDENTITY_ATTRIBUTES: frozenset[str] = frozenset(
+    {HW_ID, HW_TYPE, GPU_INDEX, HW_PARENT, MIG_PROFILE, MIG_GI, MIG_CI})
+"""The device attributes every series of a device carries (with its pods and jobs): what
+tells one device from another. The others describe the device and never change while it is
+there; with ``device_attributes: identity`` (the default) only ``nvidia.gpu.info`` carries
+them, so that each series costs a collection fewer attributes to clean and hash."""
+WORKLOAD_ATTRIBUTES: tuple[str, ...] = (*POD_ATTRIBUTES, HPC_JOB)
+"""The pod and HPC job attributes: on every series of a device, never on its info series."""
+
 DEVICE_ATTRIBUTES: tuple[tuple[str, str], ...] = (
     (HW_ID, "GPU UUID (`GPU-...`) or MIG instance UUID (`MIG-...`)"),
     (HW_TYPE, "always `gpu`"),
@@ -277,6 +290,10 @@ def _xid(sample: DeviceSample) -> Iterable[Observation]:
 
 def _device_age(sample: DeviceSample) -> Iterable[Observation]:
     yield sample.age, {}
+
+
+def _info(sample: DeviceSample) -> Iterable[Observation]:
+    yield 1.0, {}
 
 
 def _sample_age(snapshot: Snapshot, now: float) -> Iterable[Observation]:
@@ -505,6 +522,17 @@ CATALOG: tuple[Metric, ...] = (
         ),
     ),
     # NVIDIA-specific values with no OpenTelemetry convention
+    Metric(
+        "nvidia.gpu.info", Kind.GAUGE, "1",
+        "1 for each GPU and MIG instance, with every device attribute: model, name, vendor, "
+        "driver version, serial number, PCI bus id and NUMA node beside hw.id. With "
+        "device_attributes identity, the other series carry only the device's identity and "
+        "its pods: join it on hw.id for the rest.",
+        per_device=_info,
+        reported_when_failed=True,
+        describes_device=True,
+        source_doc="collector (device discovery)",
+    ),
     Metric(
         "nvidia.gpu.clock.frequency", Kind.GAUGE, "Hz",
         "Current clock frequency of each clock domain.",

@@ -21,6 +21,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Literal
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from opentelemetry.sdk.metrics import MeterProvider
@@ -41,6 +42,7 @@ from otel_gpu.catalog import (
     HW_SERIAL,
     HW_TYPE,
     HW_VENDOR,
+    IDENTITY_ATTRIBUTES,
     MIG_CI,
     MIG_GI,
     MIG_PROFILE,
@@ -64,6 +66,15 @@ SDK_CARDINALITY_LIMIT = 2000
 _UNSAMPLED = (64, 32)
 """Before the first sample: devices (8 GPUs of 7 MIG instances each, and the
 GPUs), and series one device may have in one metric."""
+
+DeviceAttributes = Literal["identity", "all"]
+"""The ``device_attributes`` setting: which device attributes every series carries."""
+IDENTITY: DeviceAttributes = "identity"
+"""Only what identifies the device (:data:`~otel_gpu.catalog.IDENTITY_ATTRIBUTES`) and its
+pods and jobs; the descriptive attributes are on ``nvidia.gpu.info`` alone."""
+ALL: DeviceAttributes = "all"
+"""Every device attribute on every series (the default: what the hardware semantic
+conventions recommend, and what a backend without joins can group by)."""
 
 
 def build_resource(
@@ -97,24 +108,36 @@ def build_resource(
 
 
 def pod_attributes(snapshot: Snapshot, device: Device) -> dict[str, str | int]:
-    """The pod holding the device whole, the device's NUMA node as the kubelet sees it, and
-    the HPC jobs using it (comma-separated: one series, however many jobs share it)."""
+    """The pod holding the device whole and the HPC jobs using it (comma-separated: one
+    series, however many jobs share it): on every series of the device, whatever
+    ``device_attributes`` says, since OTLP's per-pod Resources and queries by pod need them."""
     attrs: dict[str, str | int] = {}
     jobs = snapshot.series_jobs(device.uuid)
     if jobs:
         attrs[HPC_JOB] = ",".join(jobs)
     if snapshot.pods is None:
         return attrs
-    numa = snapshot.pods.attribution.numa_node(device.uuid)
-    if numa is not None:
-        attrs[NUMA_NODE] = numa
     for ref in snapshot.series_pods(device.uuid):  # at most one: copies are a dcgm option
         attrs.update(pod_labels(ref))
     return attrs
 
 
+def kubelet_numa_node(snapshot: Snapshot, device: Device) -> int | None:
+    """The device's NUMA node as the kubelet's topology gives it, which beats NVML's and
+    sysfs' (None when the kubelet does not say)."""
+    if snapshot.pods is None:
+        return None
+    return snapshot.pods.attribution.numa_node(device.uuid)
+
+
+def identity_attributes(attrs: Mapping[str, str | int]) -> dict[str, str | int]:
+    """The part of a device's attributes that tells it from the others."""
+    return {key: value for key, value in attrs.items() if key in IDENTITY_ATTRIBUTES}
+
+
 def device_attributes(device: Device, driver_version: str | None) -> dict[str, str | int]:
-    """The attributes every series of one device carries."""
+    """Every attribute of one device: what ``nvidia.gpu.info`` carries, and what every
+    series carries with ``device_attributes: all``."""
     attrs: dict[str, str | int] = {
         HW_ID: device.uuid,
         HW_TYPE: "gpu",
@@ -145,6 +168,7 @@ class Instruments:
     """Registers one observable instrument per catalog row on ``meter``.
 
     ``latest`` returns the newest snapshot (or None before the first).
+    ``device_attributes``: :data:`IDENTITY` or :data:`ALL` (see those).
     """
 
     def __init__(
@@ -154,7 +178,12 @@ class Instruments:
         *,
         catalog: Sequence[Metric] = CATALOG,
         clock: Callable[[], float] = time.monotonic,
+        device_attributes: DeviceAttributes = ALL,
     ) -> None:
+        if device_attributes not in (IDENTITY, ALL):
+            raise ValueError(f"device_attributes: expected identity or all, "
+                             f"got {device_attributes!r}")
+        self._all = device_attributes == ALL
         self._latest = latest
         self._clock = clock
         self._attr_cache: dict[tuple[Device, str | None], dict[str, str | int]] = {}
@@ -202,40 +231,53 @@ class Instruments:
             if not points:
                 continue
             sets = self._device_sets(snapshot, sample.device)
+            if metric.describes_device:
+                out.extend(Observation(value, {**sets.info, **attrs} if attrs else sets.info)
+                           for value, attrs in points)
+                continue
             for value, attrs in points:
                 out.append(Observation(value, sets.with_point(attrs)))
         return out
 
     def _device_sets(self, snapshot: Snapshot, device: Device) -> _AttributeSets:
         """The device's attribute sets in ``snapshot``: made once per snapshot, and the same
-        objects again while the device's pods do not change."""
+        objects again while the device's pods (and its NUMA node) do not change."""
         owner, by_uuid = self._per_snapshot
         if owner is not snapshot:  # a local pair: another thread may be on another snapshot
             owner, by_uuid = self._per_snapshot = (snapshot, {})
         sets = by_uuid.get(device.uuid)
         if sets is None:
             pods = pod_attributes(snapshot, device)
-            key = (device, snapshot.driver_version, tuple(pods.items()))
+            numa = kubelet_numa_node(snapshot, device)
+            key = (device, snapshot.driver_version, numa, tuple(pods.items()))
             sets = self._sets.get(key)
             if sets is None:
                 if len(self._sets) > 4096:  # devices and their pods seen since the last rebuild
                     self._sets.clear()
-                base = dict(self._base_attributes(device, snapshot.driver_version))
+                info = dict(self._base_attributes(device, snapshot.driver_version))
+                if numa is not None:
+                    info[NUMA_NODE] = numa
+                base = dict(info) if self._all else identity_attributes(info)
                 base.update(pods)
-                sets = self._sets[key] = _AttributeSets(base)
+                sets = self._sets[key] = _AttributeSets(base, info)
             by_uuid[device.uuid] = sets
         return sets
 
 
 class _AttributeSets:
-    """One device's attributes in one snapshot (its own and its pod's), made once for
-    every metric; the same object again while its pods do not change. Never changed
-    after it is made: the SDK copies what it is given."""
+    """One device's attributes in one snapshot, made once for every metric; the same
+    objects again while its pods do not change. Never changed after they are made: the
+    SDK copies what it is given.
 
-    __slots__ = ("base",)
+    ``base``: what each of its series carries (its identity, or every attribute, and its
+    pods and jobs); ``info``: every attribute of the device, for ``nvidia.gpu.info``.
+    """
 
-    def __init__(self, base: dict[str, str | int]) -> None:
+    __slots__ = ("base", "info")
+
+    def __init__(self, base: dict[str, str | int], info: dict[str, str | int]) -> None:
         self.base = base
+        self.info = info
 
     def with_point(self, attrs: Mapping[str, str]) -> dict[str, str | int]:
         return {**self.base, **attrs} if attrs else self.base
@@ -276,16 +318,19 @@ def build_meter_provider(
     clock: Callable[[], float] = time.monotonic,
     catalog: Sequence[Metric] = CATALOG,
     cardinality_limit: int | None = None,
+    device_attributes: DeviceAttributes = ALL,
 ) -> MeterProvider:
     """A MeterProvider with the catalog's instruments registered on it.
 
-    ``cardinality_limit`` replaces the SDK's default for every instrument and reader.
+    ``cardinality_limit`` replaces the SDK's default for every instrument and reader;
+    ``device_attributes`` says which device attributes each series carries (:data:`IDENTITY`
+    or :data:`ALL`).
     """
     views = () if cardinality_limit is None else (
         View(instrument_name="*", aggregation_cardinality_limit=cardinality_limit),)
     provider = MeterProvider(metric_readers=list(readers), resource=resource, views=views)
     meter = provider.get_meter(SCOPE, __version__)
-    Instruments(meter, latest, catalog=catalog, clock=clock)
+    Instruments(meter, latest, catalog=catalog, clock=clock, device_attributes=device_attributes)
     return provider
 
 
@@ -312,12 +357,14 @@ class Telemetry:
         *,
         clock: Callable[[], float] = time.monotonic,
         catalog: Sequence[Metric] = CATALOG,
+        device_attributes: DeviceAttributes = ALL,
     ) -> None:
         self._resource = resource
         self._latest = latest
         self._readers = readers
         self._clock = clock
         self._catalog = catalog
+        self._device_attributes = device_attributes
         self._lock = threading.Lock()
         self._pinned_snapshot: Snapshot | None = None
         self.cardinality_limit, self.room = cardinality(self._latest(), catalog)
@@ -332,7 +379,8 @@ class Telemetry:
                 reader.fresh = self._pinned(reader.source.collect_now)
         provider = build_meter_provider(self._resource, readers, self._snapshot,
                                         clock=self._clock, catalog=self._catalog,
-                                        cardinality_limit=limit)
+                                        cardinality_limit=limit,
+                                        device_attributes=self._device_attributes)
         return provider, render
 
     def _pinned(self, collect: Callable[[], MetricsData | None]

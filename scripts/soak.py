@@ -8,6 +8,13 @@ seconds, and prints the collector's resident memory (VmRSS) and thread count
 latency percentiles. Exits 1 if a scrape failed or the collector died.
 
     python scripts/soak.py [--duration 60] [--clients 4] [--interval 0.5] [--profile h100x8]
+
+With ``--churn N``, a fake kubelet (a real gRPC server on a unix socket)
+replaces its N time-sliced pods with N new ones every ``--churn-every``
+seconds, as a node running short jobs does, and the RSS is also taken after
+the first tenth of the run (the warm-up) to report the growth after it.
+
+    python scripts/soak.py --duration 600 --churn 200
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -47,15 +55,16 @@ def percentile(sorted_values: list[float], q: float) -> float:
 class Collector:
     """The collector process; its output is read on a thread so that it never blocks."""
 
-    def __init__(self, profile: str, interval: str) -> None:
+    def __init__(self, profile: str, interval: str, extra: tuple[str, ...] = ()) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "otel_gpu", "--simulate", profile, "--listen",
-             "127.0.0.1:0", "--interval", interval, "--log-level", "info"],
+             "127.0.0.1:0", "--interval", interval, "--log-level", "info", *extra],
             cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True,
         )
         self.port: int | None = None
         self.lines = 0
+        self.rebuilds = 0
         self.problems = 0
         self.first_problems: list[str] = []
         self.tail: deque[str] = deque(maxlen=20)
@@ -67,6 +76,8 @@ class Collector:
         for line in self.proc.stdout:
             self.lines += 1
             self.tail.append(line.rstrip("\n"))
+            if "rebuilt the OpenTelemetry pipeline" in line:
+                self.rebuilds += 1
             if " WARNING " in line or " ERROR " in line or "Traceback" in line:
                 self.problems += 1
                 if len(self.first_problems) < 5:
@@ -91,15 +102,67 @@ class Collector:
             return self.proc.wait()
 
 
+class Churn:
+    """A fake kubelet whose pods are all replaced by new ones every ``every`` seconds."""
+
+    def __init__(self, profile: str, pods: int, every: float, directory: str) -> None:
+        sys.path.insert(0, str(ROOT))
+        from otel_gpu.sim.scenario import load_scenario
+        from tests.support.kubelet import FakeKubelet
+
+        self.uuids = [gpu.uuid for gpu in load_scenario(profile).devices]
+        self.pods, self.every, self.generation = pods, every, 0
+        self.kubelet = FakeKubelet(f"{directory}/kubelet.sock")
+        self._replace()
+        self.kubelet.start()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @property
+    def socket(self) -> str:
+        return str(self.kubelet.socket_path)
+
+    def _replace(self) -> None:
+        from tests.support.kubelet import container, devices, pod
+
+        self.generation += 1
+        n = len(self.uuids)
+        self.kubelet.set_pods([
+            pod(f"job-{self.generation}-{i}", container("main", devices(
+                "nvidia.com/gpu", f"{self.uuids[i % n]}::{i // n}")), namespace="batch")
+            for i in range(self.pods)])
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self._replace()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.kubelet.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=60.0, help="seconds (default 60)")
     parser.add_argument("--clients", type=int, default=4, help="scraping threads (default 4)")
     parser.add_argument("--interval", default="0.5", help="sampling interval (default 0.5)")
     parser.add_argument("--profile", default="h100x8")
+    parser.add_argument("--churn", type=int, default=0, metavar="PODS",
+                        help="time-sliced pods on a fake kubelet, all replaced every "
+                             "--churn-every seconds (default 0: no kubelet)")
+    parser.add_argument("--churn-every", type=float, default=2.0)
     args = parser.parse_args()
 
-    collector = Collector(args.profile, args.interval)
+    workdir = tempfile.TemporaryDirectory(prefix="otel-gpu-soak-")
+    churn = Churn(args.profile, args.churn, args.churn_every, workdir.name) \
+        if args.churn else None
+    extra = ("--kubelet-socket", churn.socket, "--kubelet-interval", "1s") if churn else (
+        "--pod-attribution", "false")
+    collector = Collector(args.profile, args.interval, extra)
+    rss_warm = float("nan")
     try:
         port = collector.wait_serving(30)
         if port is None:
@@ -135,8 +198,16 @@ def main() -> int:
 
         threads = [threading.Thread(target=client, args=(i,), daemon=True)
                    for i in range(args.clients)]
+        if churn is not None:
+            churn.start()
         for t in threads:
             t.start()
+        # the warm-up: the SDK's attribute sets and the caches reach their working size
+        warm = time.monotonic() + max(args.duration / 10, min(30.0, args.duration / 2))
+        while time.monotonic() < min(warm, end) and collector.proc.poll() is None:
+            time.sleep(0.2)  # polling step
+        if collector.proc.poll() is None:
+            rss_warm, _ = proc_status(pid)
         for t in threads:
             t.join()
         alive = collector.proc.poll() is None
@@ -145,6 +216,9 @@ def main() -> int:
         samples = re.search(r"^otel_gpu_samples_total (\S+)$", body, re.M)
     finally:
         code = collector.stop()
+        if churn is not None:
+            churn.stop()
+        workdir.cleanup()
 
     done = sorted(x for per_client in latencies for x in per_client)
     failed = sum(errors)
@@ -155,7 +229,13 @@ def main() -> int:
     print(f"scrapes: {len(done)} ok, {failed} errors ({len(done) / args.duration:.0f}/s); "
           f"latency p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {worst:.1f} ms")
     print(f"samples taken: {samples.group(1) if samples else 'unknown'}")
-    print(f"RSS: {rss_start:.1f} MiB at start, {rss_end:.1f} MiB at end")
+    print(f"RSS: {rss_start:.1f} MiB at start, {rss_warm:.1f} MiB after the warm-up, "
+          f"{rss_end:.1f} MiB at end ({(rss_end / rss_warm - 1) * 100:+.1f} % after the warm-up)")
+    if churn is not None:
+        rows = body.count("nvidia_gpu_k8s_allocation{")
+        print(f"pod churn: {args.churn} pods replaced every {args.churn_every:g} s, "
+              f"{churn.generation} generations; {rows} allocation series at the end; "
+              f"{collector.rebuilds} MeterProvider rebuilds releasing finished pods")
     print(f"threads: {threads_start} at start, {threads_end} at end")
     print(f"collector: {'alive' if alive else 'DIED'} until the end; exit status {code} "
           f"after SIGTERM; {collector.lines} log lines, {collector.problems} warnings or errors")

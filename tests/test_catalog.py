@@ -199,7 +199,10 @@ def test_failed_device_keeps_only_status_xids_and_age():
         points = device_observations(m, failed)
         if points:
             kept[m.name] = points
-    assert set(kept) == {"hw.status", "nvidia.gpu.xid.errors", "otel_gpu.device.sample.age"}
+    # its info series stays too: the identity a lost GPU keeps is joined from there
+    assert set(kept) == {"hw.status", "nvidia.gpu.xid.errors", "otel_gpu.device.sample.age",
+                         "nvidia.gpu.info"}
+    assert kept["nvidia.gpu.info"] == [(1.0, {})]
     assert {a["hw.state"]: v for v, a in kept["hw.status"]} == {
         "ok": 0.0, "degraded": 0.0, "failed": 1.0, "predicted_failure": 0.0}
     assert sorted(kept["nvidia.gpu.xid.errors"], key=str) == sorted(
@@ -212,6 +215,7 @@ def test_prometheus_names():
     assert _docs.prometheus_name(BY_NAME["hw.energy"]) == "hw_energy_joules_total"
     assert _docs.prometheus_name(BY_NAME["hw.temperature"]) == "hw_temperature_celsius"
     assert _docs.prometheus_name(BY_NAME["hw.errors"]) == "hw_errors_total"
+    assert _docs.prometheus_name(BY_NAME["nvidia.gpu.info"]) == "nvidia_gpu_info"
     assert _docs.prometheus_name(BY_NAME["hw.gpu.io"]) == "hw_gpu_io_bytes_total"
     assert _docs.prometheus_name(BY_NAME["nvidia.gpu.pcie.throughput"]) == (
         "nvidia_gpu_pcie_throughput_bytes_per_second")

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
+import yaml
 
+from otel_gpu import _files
 from otel_gpu._files import MAX_YAML_DEPTH, FileError, load_yaml, parse_yaml, read_text
 from otel_gpu.errors import SetupError
+from otel_gpu.sim.scenario import PROFILES_DIR
 
 
 @pytest.mark.parametrize(("content", "problem"), [
@@ -72,3 +76,27 @@ def test_file_errors_are_setup_errors(tmp_path):
 def test_tags_yaml_cannot_build_are_one_line(doc):
     with pytest.raises(FileError, match=r"^f: invalid value \(.+\)$"):
         parse_yaml(doc, "f")
+
+
+_LIBYAML = pytest.mark.skipif(len(_files._LOADERS) < 2, reason="PyYAML without libyaml")
+
+
+@_LIBYAML
+@pytest.mark.parametrize("path", sorted(
+    [*PROFILES_DIR.glob("*.yaml"), *(Path(__file__).parent.parent / "config").glob("*.yaml")]),
+    ids=lambda p: p.name)
+def test_libyaml_and_pure_python_loaders_read_the_same_documents(path):
+    text = path.read_text()
+    fast, plain = _files._LOADERS
+    assert yaml.load(text, Loader=fast) == yaml.load(text, Loader=plain)  # noqa: S506
+
+
+@_LIBYAML
+@pytest.mark.parametrize("doc", [
+    "a: &x 1\nb: *x\n", "a: 1\na: 2\n", "[" * (MAX_YAML_DEPTH + 2) + "]" * (MAX_YAML_DEPTH + 2),
+])
+def test_the_libyaml_loader_applies_the_same_rules_by_itself(doc):
+    """The fast path must never accept what the reference loader refuses: the fallback
+    only rewords errors, it is not the check."""
+    with pytest.raises(yaml.constructor.ConstructorError):
+        yaml.load(doc, Loader=_files._LOADERS[0])  # noqa: S506

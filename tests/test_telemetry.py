@@ -7,15 +7,25 @@ from types import MappingProxyType
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+from otel_gpu.catalog import (
+    CATALOG,
+    HPC_JOB,
+    IDENTITY_ATTRIBUTES,
+    NUMA_NODE,
+    POD_ATTRIBUTES,
+    WORKLOAD_ATTRIBUTES,
+)
 from otel_gpu.pipeline import room_for
 from otel_gpu.snapshot import FAILED, OK, Attribution, Device, DeviceSample, Holder, Pods
 from otel_gpu.telemetry import (
     SDK_CARDINALITY_LIMIT,
+    Instruments,
     Telemetry,
     build_meter_provider,
     build_resource,
     cardinality,
     device_attributes,
+    identity_attributes,
 )
 from tests.support.snapshots import snapshot
 
@@ -61,7 +71,9 @@ def test_values_are_converted_and_attributed(pipeline):
               "energy": 9_000_000, "temp.gpu": 61, "clock.sm": 1980}
     state["snap"] = _snapshot([DeviceSample(GPU, OK, MappingProxyType(values))])
     points = _points(reader)
-    attrs = device_attributes(GPU, "550.90.07")
+    attrs = device_attributes(GPU, "550.90.07")  # the default: every device attribute
+    assert attrs["hw.id"] == "GPU-aaaa" and attrs["hw.model"] == GPU.model
+    assert points["nvidia.gpu.info"] == [(1, device_attributes(GPU, "550.90.07"))]
     assert points["hw.power"] == [(312.5, attrs)]
     assert points["hw.energy"] == [(9000.0, attrs)]
     assert points["hw.gpu.memory.usage"] == [(2 * 2**30, attrs)]
@@ -88,6 +100,149 @@ def test_device_attributes():
     assert mig["nvidia.gpu.mig.profile"] == "1g.5gb"
     assert mig["nvidia.gpu.mig.gpu_instance_id"] == 13
     assert "hw.driver_version" not in mig
+
+
+# --- device_attributes: identity on every series, the rest on nvidia.gpu.info ----------
+
+DESCRIPTIVE = {"hw.vendor", "hw.model", "hw.name", "hw.driver_version", "hw.serial_number",
+               "nvidia.gpu.pci_bus_id", "nvidia.gpu.numa_node"}
+HELD = Device("GPU-dddd", 0, "NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3",
+              "00000000:18:00.0", serial="1654922000002", numa_node=0)
+MIG_PARENT = Device("GPU-cccc", 1, "NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB",
+                    "00000000:3B:00.0", serial="1654922000003", numa_node=1)
+MIG_JOB = Device("MIG-eeee", 1, "NVIDIA A100-SXM4-40GB MIG 3g.20gb", "NVIDIA A100-SXM4-40GB",
+                 "00000000:3B:00.0", parent_uuid="GPU-cccc", gpu_instance_id=2,
+                 compute_instance_id=0, mig_profile="3g.20gb")
+LOST = Device("GPU-ffff", 2, "NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3",
+              "00000000:1A:00.0", serial="1654922000004")
+VALUES = MappingProxyType({"power": 300_000, "energy": 5_000_000, "temp.gpu": 50,
+                           "util.gpu": 40, "memory.used": 2**30, "memory.total": 2**33})
+
+
+def _mixed_node():
+    """A GPU held whole by a pod (the kubelet placing it on another NUMA node than NVML),
+    a GPU in MIG mode with an instance held whole and one running an HPC job, a lost GPU."""
+    holder = Holder("train", "ml", "main", None, "nvidia.com/gpu")
+    mig_holder = Holder("small", "ml", "srv", None, "nvidia.com/mig-1g.5gb")
+    attribution = Attribution({HELD.uuid: (holder,), MIG.uuid: (mig_holder,)},
+                              numa={HELD.uuid: (1,)})
+    samples = [DeviceSample(d, OK, VALUES) for d in (HELD, MIG_PARENT, MIG, MIG_JOB)]
+    samples.append(DeviceSample(LOST, FAILED, error="GPU is lost"))
+    return snapshot(*samples, pods=Pods(attribution),
+                    jobs=MappingProxyType({MIG_JOB.uuid: ("4242",)}))
+
+
+WORKLOAD = {HELD.uuid: {"k8s.pod.name": "train", "k8s.namespace.name": "ml",
+                        "k8s.container.name": "main"},
+            MIG.uuid: {"k8s.pod.name": "small", "k8s.namespace.name": "ml",
+                       "k8s.container.name": "srv"},
+            MIG_JOB.uuid: {HPC_JOB: "4242"}}
+
+
+def _collect(setting: str):
+    snap = _mixed_node()
+    reader = InMemoryMetricReader()
+    provider = build_meter_provider(build_resource(environ={}), [reader], lambda: snap,
+                                    clock=lambda: 5.0, device_attributes=setting)
+    try:
+        return _points(reader)
+    finally:
+        provider.shutdown()
+
+
+def _device_series(points):
+    """(metric, device attributes) of every series of a device, its own point attributes
+    taken off (the metrics of one device, not of the node)."""
+    for metric in CATALOG:
+        if metric.per_node is not None or metric.describes_device:
+            continue
+        own = set(metric.attribute_keys())
+        for _, attrs in points.get(metric.name, []):
+            yield metric.name, {k: v for k, v in attrs.items() if k not in own}
+
+
+def _info(points) -> dict[str, dict]:
+    info = {a["hw.id"]: a for _, a in points["nvidia.gpu.info"]}
+    assert len(info) == len(points["nvidia.gpu.info"]), "one info series per device"
+    assert {v for v, _ in points["nvidia.gpu.info"]} == {1}
+    return info
+
+
+def _described(device: Device, numa: int | None = None) -> dict:
+    attrs = device_attributes(device, "550.90.07")
+    if numa is not None:
+        attrs[NUMA_NODE] = numa
+    return attrs
+
+
+def test_identity_keeps_the_device_and_its_workload_and_info_holds_the_rest():
+    points = _collect("identity")
+    seen = set()
+    for name, attrs in _device_series(points):
+        uuid = attrs["hw.id"]
+        seen.add((name, uuid))
+        device = {d.uuid: d for d in (HELD, MIG_PARENT, MIG, MIG_JOB, LOST)}[uuid]
+        expected = {**identity_attributes(_described(device)), **WORKLOAD.get(uuid, {})}
+        assert attrs == expected, (name, uuid)
+        assert not DESCRIPTIVE & set(attrs)
+    assert {("hw.power", d.uuid) for d in (HELD, MIG_PARENT, MIG, MIG_JOB)} <= seen
+    assert ("hw.status", LOST.uuid) in seen
+    mig = {k for _, a in _device_series(points) if a["hw.id"] == MIG.uuid for k in a}
+    assert mig == {"hw.id", "hw.type", "nvidia.gpu.index", "hw.parent",
+                   "nvidia.gpu.mig.profile", "nvidia.gpu.mig.gpu_instance_id",
+                   "nvidia.gpu.mig.compute_instance_id", *POD_ATTRIBUTES}
+    # one info series per GPU and MIG instance, the lost GPU's too, with every attribute,
+    # the kubelet's NUMA node beating NVML's, and no pod or job (it is not theirs)
+    info = _info(points)
+    assert info == {HELD.uuid: _described(HELD, numa=1), MIG_PARENT.uuid: _described(MIG_PARENT),
+                    MIG.uuid: _described(MIG), MIG_JOB.uuid: _described(MIG_JOB),
+                    LOST.uuid: _described(LOST)}
+    assert set(info[HELD.uuid]) >= DESCRIPTIVE and info[HELD.uuid][NUMA_NODE] == 1
+    assert DESCRIPTIVE - {"hw.serial_number", NUMA_NODE} <= set(info[MIG.uuid])
+    assert info[MIG.uuid]["hw.parent"] == MIG_PARENT.uuid
+    for attrs in info.values():
+        assert not set(WORKLOAD_ATTRIBUTES) & set(attrs)
+        assert {k for k in attrs if k in IDENTITY_ATTRIBUTES} >= {"hw.id", "nvidia.gpu.index"}
+
+
+def test_all_keeps_every_attribute_on_every_series_and_the_info_metric_too():
+    points = _collect("all")
+    identity = _collect("identity")
+    count = 0
+    for name, attrs in _device_series(points):
+        count += 1
+        device = {d.uuid: d for d in (HELD, MIG_PARENT, MIG, MIG_JOB, LOST)}[attrs["hw.id"]]
+        numa = 1 if device is HELD else None
+        assert attrs == {**_described(device, numa), **WORKLOAD.get(device.uuid, {})}, name
+    assert count == len(list(_device_series(identity)))  # the same series, more attributes
+    assert _info(points) == _info(identity)
+
+
+def test_info_and_device_sets_are_made_once_while_nothing_changes():
+    snap = _mixed_node()
+    info_metric = next(m for m in CATALOG if m.describes_device)
+    power = next(m for m in CATALOG if m.name == "hw.power")
+    instruments = Instruments(_NoMeter(), lambda: state["snap"])
+    state = {"snap": snap}
+    first = [o.attributes for o in instruments.observe(info_metric)]
+    first_power = [o.attributes for o in instruments.observe(power)]
+    state["snap"] = _mixed_node()  # the next sample: the same devices and pods
+    assert all(a is b for a, b in zip(first, [o.attributes for o in
+                                                instruments.observe(info_metric)], strict=True))
+    assert all(a is b for a, b in zip(first_power, [o.attributes for o in
+                                                      instruments.observe(power)], strict=True))
+
+
+def test_an_unknown_device_attributes_setting_is_refused():
+    with pytest.raises(ValueError, match="identity or all"):
+        Instruments(_NoMeter(), lambda: None, device_attributes="some")
+
+
+class _NoMeter:
+    """A meter that registers nothing: the callbacks are called by hand."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
 
 
 def test_failed_device_series_disappear(pipeline):

@@ -49,7 +49,6 @@ from otel_gpu.catalog import HPC_JOB, POD_ATTRIBUTES
 from otel_gpu.config import OPTIONS, parse_endpoint
 from otel_gpu.errors import SetupError
 from otel_gpu.exporters.collected import CollectingReader
-from otel_gpu.exporters.otlp_encode import use_cached_encoding
 from otel_gpu.exporters.push import OtlpPush, cumulative
 
 log = logging.getLogger(__name__)
@@ -429,6 +428,8 @@ def build_reader(
     exporter = build_exporter(settings, environ)
     shared = source is not None and cumulative(exporter)
     if shared:  # the same series each push: their attributes encoded once
+        from otel_gpu.exporters.otlp_encode import use_cached_encoding  # protobuf: OTLP only
+
         use_cached_encoding(exporter)
     if settings.pod_identity == RESOURCE:
         exporter = PodResourceExporter(exporter, node)

@@ -13,10 +13,7 @@ import logging
 from collections.abc import Sequence
 from typing import Protocol
 
-from otel_gpu.naming.dcgm import DcgmProfile, parse_collectors, select_fields
 from otel_gpu.naming.exposition import Family, render
-from otel_gpu.naming.health import HealthProfile
-from otel_gpu.naming.kubelet import KubeletProfile
 from otel_gpu.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
@@ -43,10 +40,15 @@ def build_profiles(
     that NVML cannot provide (or that otel-gpu does not know) are logged once
     here, with the reason, and skipped.
     """
+    # Each profile's module is imported only when it is asked for (start-up time).
     profiles: list[Profile] = []
     if "otel" not in names:  # the collector's own health is on the endpoint whatever the names
+        from otel_gpu.naming.health import HealthProfile
+
         profiles.append(HealthProfile())
     if "dcgm" in names:
+        from otel_gpu.naming.dcgm import DcgmProfile, parse_collectors, select_fields
+
         entries = parse_collectors(collectors_file) if collectors_file else None
         fields, problems = select_fields(entries)
         for problem in problems:
@@ -55,6 +57,8 @@ def build_profiles(
                                     shared_gpu_copies=shared_gpu_copies, devices=devices,
                                     pod_label_style=pod_label_style))
     if "kubelet" in names:
+        from otel_gpu.naming.kubelet import KubeletProfile
+
         profiles.append(KubeletProfile())
     return profiles
 

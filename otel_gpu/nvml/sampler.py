@@ -150,6 +150,8 @@ class _Tracked:
 
 
 _NO_VALUES: Mapping[str, float] = MappingProxyType({})
+_NAMED = 8
+"""Devices named in one "not available" line; the rest are counted (a node may have 512)."""
 COMMON_XIDS = (13, 31, 43, 45, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 109, 119, 120)
 """XIDs whose series exist at 0 from discovery on, so the first one is an increase."""
 
@@ -567,8 +569,9 @@ class Sampler(BatchReads):
             by_devices.setdefault(tuple(labels), []).append(what)
         clauses = []
         for labels, whats in by_devices.items():
-            where = labels[0] if len(labels) == 1 else (
-                f"{len(labels)} devices ({', '.join(labels)})")
+            shown = ", ".join(labels[:_NAMED]) + (
+                f" and {len(labels) - _NAMED} more" if len(labels) > _NAMED else "")
+            where = labels[0] if len(labels) == 1 else f"{len(labels)} devices ({shown})"
             clauses.append(f"{', '.join(whats)} on {where}")
         log.info("not available, omitted from now on: %s", "; ".join(clauses))
 

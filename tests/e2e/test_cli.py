@@ -34,10 +34,14 @@ def test_serves_h100x8_with_the_scenarios_values(collector):
         assert temp[uuid] == want["temp"], uuid
         assert limit[uuid] == H100_MEMORY_TOTAL
     assert len(set(temp.values())) > 1, "the profile's GPUs should differ"
-    # device attributes, as documented
+    # device attributes, as documented: all of them on every series (the default), and
+    # the same once per device on the info metric
     lab, _ = series(text, "hw_power_watts")[0]
+    info = {i["hw_id"]: i for i, _ in series(text, "nvidia_gpu_info")}
+    assert set(info) == set(expected)
+    assert info[lab["hw_id"]] == lab
     for key in ("hw_id", "hw_name", "hw_model", "hw_vendor", "hw_driver_version", "hw_type",
-                "nvidia_gpu_index", "nvidia_gpu_pci_bus_id"):
+                "nvidia_gpu_index", "nvidia_gpu_pci_bus_id", "hw_serial_number"):
         assert lab.get(key), key
     assert lab["hw_vendor"] == "NVIDIA" and lab["hw_model"] == "NVIDIA H100 80GB HBM3"
     # resource and self-metrics

@@ -182,13 +182,21 @@ def _golden_pods(scenario: str) -> tuple[list, dict[str, str]]:
     return pods, {mig[1]: "big", mig[13]: "small", gpus[1].uuid: "whole"}
 
 
+def golden_path(scenario: str, device_attributes: str) -> Path:
+    """``all`` keeps the name the exposition had before the info metric (its series are
+    those, and the info series beside them)."""
+    suffix = "" if device_attributes == "all" else f"-{device_attributes}"
+    return GOLDEN / f"otel-{scenario}{suffix}.prom"
+
+
+@pytest.mark.parametrize("device_attributes", ["identity", "all"])
 @pytest.mark.parametrize("scenario", ["h100x8", "a100-mig"])
-def test_golden_otel_exposition(collector, kubelet, scenario):
+def test_golden_otel_exposition(collector, kubelet, scenario, device_attributes):
     pods, owners = _golden_pods(scenario)
     kubelet.set_pods(pods)
     proc = collector("--simulate", scenario, "--naming", "otel", "--node-name", "gpu-node-1",
                      "--kubelet-socket", kubelet.socket_path, "--kubelet-interval", "1h",
-                     interval="1h")
+                     "--device-attributes", device_attributes, interval="1h")
     rows = sum(len(c.devices[0].device_ids) for p in pods for c in p.containers)
 
     def attributed():
@@ -202,6 +210,8 @@ def test_golden_otel_exposition(collector, kubelet, scenario):
             return None
         for name, labels, _ in parse_samples(text):
             per_container = name.startswith(("nvidia_gpu_k8s_allocation", "nvidia_gpu_k8s_energy"))
+            if name == "nvidia_gpu_info":  # the device's, never its pod's
+                continue
             if "hw_id" in labels and not per_container and (
                     labels.get("k8s_pod_name", "") != owners.get(labels["hw_id"], "")):
                 return None
@@ -210,7 +220,7 @@ def test_golden_otel_exposition(collector, kubelet, scenario):
     raw = wait_until(attributed, what="the pods on every series of the first sample")
     assert series(raw, "otel_gpu_samples_total") == [({}, 1.0)]
     text = _normalised(raw)
-    path = GOLDEN / f"otel-{scenario}.prom"
+    path = golden_path(scenario, device_attributes)
     if os.environ.get("UPDATE_GOLDEN"):
         path.parent.mkdir(exist_ok=True)
         path.write_text(text)

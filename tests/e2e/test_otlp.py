@@ -71,6 +71,18 @@ def test_one_resource_per_pod_plus_the_node(collector, receiver, kubelet):
             assert row.resource.get("k8s.pod.name") == expected
     assert {r.metric for r in rows if "k8s.pod.name" not in r.resource} >= {
         "otel_gpu.samples", "hw.power"}
+    # the info series describe the hardware, not a pod: all under the node's Resource;
+    # each series also carries every device attribute (the default)
+    info = {r.attributes["hw.id"]: r for r in rows if r.metric == "nvidia.gpu.info"}
+    assert set(info) == set(H100)
+    for row in info.values():
+        assert "k8s.pod.name" not in row.resource and row.value == 1
+        assert row.attributes["hw.model"] == "NVIDIA H100 80GB HBM3"
+        assert {"hw.serial_number", "nvidia.gpu.pci_bus_id", "hw.driver_version"} <= set(
+            row.attributes)
+    power = [r for r in rows if r.metric == "hw.power"]
+    assert power and all(r.attributes == info[r.attributes["hw.id"]].attributes
+                         for r in power)
     # names, units, kinds, temporality
     kinds = {r.metric: (r.kind, r.monotonic, r.temporality, r.unit) for r in rows}
     assert kinds["hw.energy"] == ("sum", True, "CUMULATIVE", "J")

@@ -128,6 +128,24 @@ def test_values_missing_on_some_devices_name_only_those(driver, caplog):
     assert power == ["power (NOT_SUPPORTED) on GPU 2"], lines[0]
 
 
+def test_a_value_missing_on_many_devices_is_one_short_line(driver, caplog):
+    """At 40 GPUs the line names the first few and counts the rest, not all forty."""
+    lib, sampler = driver("""
+        devices:
+          - name: NVIDIA H100 80GB HBM3
+            count: 40
+            memory: {total: 1000, used: 10}
+            temperature: 40
+            errors: {nvmlDeviceGetTemperatureV: NOT_SUPPORTED}
+    """)
+    caplog.set_level(logging.INFO, logger="otel_gpu")
+    sampler.sample()
+    (line,) = [r.getMessage() for r in caplog.records if "not available" in r.getMessage()]
+    named = ", ".join(f"GPU {i}" for i in range(8))
+    assert line.endswith(f"on 40 devices ({named} and 32 more)"), line
+    assert "GPU 39" not in line
+
+
 def test_lost_gpu_is_failed_and_the_others_are_read(driver):
     lib, sampler = driver("""
         devices:
