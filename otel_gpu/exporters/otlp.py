@@ -443,6 +443,11 @@ def build_reader(
     )
 
 
+_REGROUP_CACHE = 65536
+"""Resources and stripped attribute sets the regrouping keeps, at most (then starts over)."""
+_NO_ATTRIBUTES: Mapping[str, Any] = {}
+
+
 class PodResourceExporter(MetricExporter):
     """Sends each pod's (and each HPC job's) data points under a Resource naming it.
 
@@ -461,11 +466,42 @@ class PodResourceExporter(MetricExporter):
         self._inner = inner
         self._node = node
         self._keys = tuple(keys)
+        # The same pods, the same series, push after push: each pod's Resource and each
+        # series' attributes without the pod are made once. Bounded; only the exporting
+        # thread uses them.
+        self._resources: dict[tuple, tuple[Resource, Resource]] = {}
+        self._stripped: dict[int, tuple[Any, tuple, dict[str, Any]]] = {}
 
     def export(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
     ) -> MetricExportResult:
         return self._inner.export(self.regroup(metrics_data), timeout_millis=timeout_millis)
+
+    def _split(self, attrs: Any) -> tuple[tuple, dict[str, Any] | None]:
+        """The point's pod key, and its attributes without the pod (None: no pod)."""
+        known = self._stripped.get(id(attrs))
+        if known is not None and known[0] is attrs:
+            return known[1], known[2]
+        key = tuple(attrs.get(k) for k in self._keys)
+        if not any(v is not None for v in key):
+            return (), None
+        stripped = {k: v for k, v in attrs.items() if k not in self._keys}
+        if len(self._stripped) >= _REGROUP_CACHE:
+            self._stripped.clear()
+        self._stripped[id(attrs)] = (attrs, key, stripped)  # holding attrs keeps its id
+        return key, stripped
+
+    def _resource(self, base: Resource, key: tuple) -> Resource:
+        """The node's Resource plus the pod's (or job's) attributes."""
+        known = self._resources.get((id(base), key))
+        if known is not None and known[0] is base:
+            return known[1]
+        if len(self._resources) >= _REGROUP_CACHE:
+            self._resources.clear()
+        pod = {k: v for k, v in zip(self._keys, key, strict=True) if v is not None}
+        resource = Resource({**dict(base.attributes), **pod}, base.schema_url)
+        self._resources[(id(base), key)] = (base, resource)  # holding base keeps its id
+        return resource
 
     def regroup(self, data: MetricsData) -> MetricsData:
         out: list[ResourceMetrics] = []
@@ -475,23 +511,14 @@ class PodResourceExporter(MetricExporter):
             for sm in rm.scope_metrics:
                 for metric in sm.metrics:
                     for point in metric.data.data_points:
-                        attrs = point.attributes or {}
-                        key = tuple(attrs.get(k) for k in self._keys)
-                        if any(v is not None for v in key):
-                            point = replace(point, attributes={
-                                k: v for k, v in attrs.items() if k not in self._keys
-                            })
-                        else:
-                            key = ()
+                        key, stripped = self._split(point.attributes or _NO_ATTRIBUTES)
+                        if stripped is not None:
+                            point = replace(point, attributes=stripped)
                         scopes = groups.setdefault(key, {})
                         metrics = scopes.setdefault((sm.scope, sm.schema_url), {})
                         metrics.setdefault(metric.name, (metric, []))[1].append(point)
             for key, scopes in groups.items():
-                resource = rm.resource
-                if key:
-                    pod = {k: v for k, v in zip(self._keys, key, strict=True) if v is not None}
-                    resource = Resource({**dict(rm.resource.attributes), **pod},
-                                        rm.resource.schema_url)
+                resource = self._resource(rm.resource, key) if key else rm.resource
                 scope_metrics = [
                     ScopeMetrics(
                         scope=scope,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,27 +53,41 @@ _DEVICE_FAILED = {
 }
 
 
-def _codes(module: ModuleType, names: set[str]) -> frozenset[int]:
-    return frozenset(getattr(module, n) for n in names if hasattr(module, n))
+@functools.lru_cache(maxsize=8)
+def _tables(module: ModuleType) -> tuple[frozenset[int], frozenset[int], dict[int, str]]:
+    """The module's unsupported and device-failed codes, and each error code's short name.
+
+    Built once per module: every value a device lacks is an error each sample (dozens per
+    MIG instance on some drivers), and scanning the module each time cost more than the
+    read itself.
+    """
+    def codes(names: set[str]) -> frozenset[int]:
+        return frozenset(getattr(module, n) for n in names if hasattr(module, n))
+
+    prefix = "NVML_ERROR_"
+    names: dict[int, str] = {}
+    for name in sorted(dir(module)):
+        value = getattr(module, name) if name.startswith(prefix) else None
+        if isinstance(value, int):
+            names.setdefault(value, name[len(prefix):])
+    return codes(_UNSUPPORTED), codes(_DEVICE_FAILED), names
 
 
 def classify(code: int, module: ModuleType = pynvml) -> Outcome:
     """Map an NVML return code to what the collector does about it."""
     if code == module.NVML_SUCCESS:
         return Outcome.OK
-    if code in _codes(module, _UNSUPPORTED):
+    unsupported, failed, _ = _tables(module)
+    if code in unsupported:
         return Outcome.UNSUPPORTED
-    if code in _codes(module, _DEVICE_FAILED):
+    if code in failed:
         return Outcome.DEVICE_FAILED
     return Outcome.TRANSIENT
 
 
 def error_name(code: int, module: ModuleType = pynvml) -> str:
     """``NOT_SUPPORTED`` for 3: the short name operators can search for."""
-    for name in dir(module):
-        if name.startswith("NVML_ERROR_") and getattr(module, name) == code:
-            return name[len("NVML_ERROR_"):]
-    return f"code {code}"
+    return _tables(module)[2].get(code, f"code {code}")
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,28 @@ def test_regroup_puts_each_pod_under_its_own_resource():
     assert out.resource_metrics[0] is node  # the node's group first
 
 
+def test_regrouping_again_reuses_each_pods_resource_and_stays_right():
+    """Push after push the same pods: their Resources are made once; a new collection
+    with other pods still gets the right ones."""
+    exporter = PodResourceExporter(_Recorder(), NODE)
+    data = _data()
+
+    def by_pod(out):
+        return {rm.resource.attributes.get("k8s.pod.name"): rm.resource
+                for rm in out.resource_metrics}
+
+    first, again = by_pod(exporter.regroup(data)), by_pod(exporter.regroup(data))
+    assert again["train-0"] is first["train-0"] and again["train-1"] is first["train-1"]
+    fresh = by_pod(exporter.regroup(_data()))  # new attribute objects, same pods
+    assert fresh["train-0"] is first["train-0"]
+    for rm in exporter.regroup(_data()).resource_metrics:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                for point in metric.data.data_points:
+                    assert "k8s.pod.name" not in point.attributes
+                    assert point.attributes.get("hw.id") in {"GPU-0", "GPU-1", "GPU-2", None}
+
+
 class _Recorder(MetricExporter):
     def __init__(self):
         super().__init__()

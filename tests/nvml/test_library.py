@@ -75,3 +75,28 @@ def test_no_driver_is_a_clear_error():
     assert pynvml.nvmlLib is None
     with pytest.raises(NvmlUnavailable, match="LIBRARY_NOT_FOUND"):
         Nvml().init()
+
+
+def test_error_codes_are_looked_up_once_per_module_not_per_error():
+    """A MIG node answers dozens of NOT_SUPPORTED per sample: naming and classifying each
+    must not scan the module (that scan once cost more than the reads themselves)."""
+    import types
+
+    class Module(types.ModuleType):
+        scans = 0
+
+        def __dir__(self):
+            Module.scans += 1
+            return super().__dir__()
+
+    module = Module("fake_nvml")
+    module.NVML_SUCCESS = 0
+    module.NVML_ERROR_NOT_SUPPORTED = 3
+    module.NVML_ERROR_GPU_IS_LOST = 15
+    for _ in range(100):
+        assert error_name(3, module) == "NOT_SUPPORTED"
+        assert classify(3, module) is Outcome.UNSUPPORTED
+        assert classify(15, module) is Outcome.DEVICE_FAILED
+        assert classify(77, module) is Outcome.TRANSIENT  # no name: neither list
+    assert error_name(42, module) == "code 42"
+    assert Module.scans == 1
