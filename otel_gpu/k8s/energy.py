@@ -129,16 +129,30 @@ class EnergyLedger:
         """GPU uuid -> its latest counter reading (mJ)."""
         self._rules: dict[str, str] = {}
         self._seq: int | None = None
+        self._attribution: Attribution | None = None
+        self._usage: Sequence[PodUsage] = ()
         self._result: tuple[PodEnergy, ...] = ()
         self._limited = LogLimiter(log, 3600.0)
 
     def update(
         self, snapshot: Snapshot, attribution: Attribution, usage: Sequence[PodUsage] = ()
     ) -> tuple[PodEnergy, ...]:
-        """The rows after ``snapshot``; its increase is counted on its first call only."""
+        """The rows after ``snapshot``; its increase is counted on its first call only.
+
+        Called again for the same sample with new pods (the kubelet answered between two
+        samples), it counts nothing but gives the new holders their rows at 0 at once, so
+        a pod's counter exists from the moment its pod is seen, as its other series do.
+        """
         if snapshot.seq == self._seq:
+            if attribution is self._attribution and usage is self._usage:
+                return self._result
+            self._attribution, self._usage = attribution, usage
+            live = {key for key, row in self._rows.items() if row.gone_since is None}
+            self._hold(snapshot, attribution, usage, live)
+            self._result = self._publish()
             return self._result
         self._seq = snapshot.seq
+        self._attribution, self._usage = attribution, usage
         shares = _sm_shares(usage)
         instances: dict[str, list[DeviceSample]] = {}
         for s in snapshot.devices:
@@ -167,11 +181,14 @@ class EnergyLedger:
                 self._split(uuid, root, split.get(uuid, 0), attribution, shares, live)
         self._hold(snapshot, attribution, usage, live)
         self._release(live, snapshot.taken_monotonic)
-        self._result = tuple(
+        self._result = self._publish()
+        return self._result
+
+    def _publish(self) -> tuple[PodEnergy, ...]:
+        return tuple(
             PodEnergy(uuid, pod, row.millijoules, self._rules.get(uuid, UNATTRIBUTED))
             for (uuid, pod), row in sorted(self._rows.items(), key=_order)
         )
-        return self._result
 
     # --- one sample ---------------------------------------------------------------------
 

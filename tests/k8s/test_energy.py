@@ -238,7 +238,9 @@ def test_a_republication_of_the_same_sample_counts_nothing_again():
     ledger.update(_snap(1, _gpu(1000)), _owned())
     once = ledger.update(_snap(2, _gpu(2000)), _owned())
     again = ledger.update(_snap(2, _gpu(2000)), _owned(GPU0, B))  # only the pods changed
-    assert again == once
+    # nothing counted twice; the new holder's counter exists at 0 from now on
+    assert _rows(again) == {**_rows(once), (GPU0, B): 0}
+    assert ledger.update(_snap(2, _gpu(2000)), _owned(GPU0, B)) == again
     assert _rows(ledger.update(_snap(3, _gpu(2500)), _owned(GPU0, B))) == {
         (GPU0, A): 1000, (GPU0, B): 500, (GPU0, None): 1000}
 
