@@ -884,7 +884,7 @@ CATALOG: tuple[Metric, ...] = (
     ),
     Metric(
         "nvidia.gpu.k8s.energy.rule", Kind.GAUGE, "1",
-        "1 for each device, with the rule that split its latest energy increase: exclusive, "
+        "1 for each device, with the rule its energy is split by now: exclusive, "
         "sm_share, unattributed (shared without per-process shares, or free), mig_activity "
         "or mig_slices (a GPU in MIG mode, across its instances).",
         per_node=_energy_rules,

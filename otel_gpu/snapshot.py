@@ -232,8 +232,8 @@ class PodEnergy:
 
     ``pod`` is ``None`` for the device's unattributed energy: idle power,
     processes of no pod, and (on the GPU whose counter it is) the energy from
-    before the collector started. ``rule`` names how the device's latest
-    interval was split (:mod:`otel_gpu.k8s.energy`).
+    before the collector started. ``rule`` names how the device's energy
+    is split now (:mod:`otel_gpu.k8s.energy`).
     """
 
     uuid: str

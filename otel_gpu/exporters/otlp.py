@@ -341,28 +341,35 @@ def build_exporter(settings: OtlpSettings, environ: Mapping[str, str]) -> Metric
     return exporter
 
 
+def grpc_transport(settings: OtlpSettings, tls: Mapping[str, bytes]) -> tuple[Any, Any]:
+    """The gRPC channel credentials (None: the SDK's default) and compression (None: the
+    SDK reads its variables) for the settings; shared by the metrics and logs exporters."""
+    import grpc
+
+    credentials = None
+    if settings.certificate or settings.client_certificate:
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=tls.get("certificate"),
+            private_key=tls.get("client_key"),
+            certificate_chain=tls.get("client_certificate"),
+        )
+    compression = None
+    if settings.compression is not None:
+        compression = (grpc.Compression.Gzip if settings.compression == "gzip"
+                       else grpc.Compression.NoCompression)
+    return credentials, compression
+
+
 def _sdk_exporter(settings: OtlpSettings, protocol: str, headers: dict[str, str] | None,
                   tls: Mapping[str, bytes]) -> MetricExporter:
     compression = settings.compression
     temporality = _temporality(settings.temporality)
     if protocol == GRPC:
-        import grpc
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
             OTLPMetricExporter as GrpcExporter,
         )
 
-        credentials = None
-        if settings.certificate or settings.client_certificate:
-            credentials = grpc.ssl_channel_credentials(
-                root_certificates=tls.get("certificate"),
-                private_key=tls.get("client_key"),
-                certificate_chain=tls.get("client_certificate"),
-            )
-        grpc_compression = None
-        if compression is not None:
-            grpc_compression = grpc.Compression.Gzip if compression == "gzip" else (
-                grpc.Compression.NoCompression
-            )
+        credentials, grpc_compression = grpc_transport(settings, tls)
         exporter: MetricExporter = GrpcExporter(
             endpoint=settings.endpoint,
             insecure=settings.insecure,

@@ -161,23 +161,11 @@ def _sdk_exporter(settings: OtlpSettings, protocol: str, endpoint: str | None,
                   headers: dict[str, str] | None, tls: Mapping[str, bytes]) -> LogRecordExporter:
     compression = settings.compression
     if protocol == GRPC:
-        import grpc
         from opentelemetry.exporter.otlp.proto.grpc._log_exporter import (
             OTLPLogExporter as GrpcExporter,
         )
 
-        credentials = None
-        if settings.certificate or settings.client_certificate:
-            credentials = grpc.ssl_channel_credentials(
-                root_certificates=tls.get("certificate"),
-                private_key=tls.get("client_key"),
-                certificate_chain=tls.get("client_certificate"),
-            )
-        grpc_compression = None
-        if compression is not None:
-            grpc_compression = grpc.Compression.Gzip if compression == "gzip" else (
-                grpc.Compression.NoCompression
-            )
+        credentials, grpc_compression = otlp.grpc_transport(settings, tls)
         return GrpcExporter(endpoint=endpoint, insecure=settings.insecure,
                             credentials=credentials, headers=headers, timeout=settings.timeout,
                             compression=grpc_compression)

@@ -149,6 +149,10 @@ class EnergyLedger:
             self._attribution, self._usage = attribution, usage
             live = {key for key, row in self._rows.items() if row.gone_since is None}
             self._hold(snapshot, attribution, usage, live)
+            shares = _sm_shares(usage)
+            for uuid, rule in list(self._rules.items()):
+                if rule not in (MIG_ACTIVITY, MIG_SLICES):  # the rule now in force
+                    self._rules[uuid] = _rule(uuid, attribution, shares)
             self._result = self._publish()
             return self._result
         self._seq = snapshot.seq
@@ -178,6 +182,7 @@ class EnergyLedger:
             for part in parts:
                 uuid = part.device.uuid
                 live.add((uuid, None))
+                self._add((uuid, None), root, 0)  # each instance's idle row, at 0 from the start
                 self._split(uuid, root, split.get(uuid, 0), attribution, shares, live)
         self._hold(snapshot, attribution, usage, live)
         self._release(live, snapshot.taken_monotonic)
@@ -213,16 +218,14 @@ class EnergyLedger:
                shares: Mapping[str, Mapping[PodRef | None, float]], live: set[Key]) -> None:
         owner = attribution.exclusive_owner(uuid)
         device_shares = shares.get(uuid)
+        self._rules[uuid] = _rule(uuid, attribution, shares)
         if owner is not None:
-            self._rules[uuid] = EXCLUSIVE
             live.add((uuid, owner.ref))
             self._add((uuid, owner.ref), root, delta)
             return
         if device_shares is None:
-            self._rules[uuid] = UNATTRIBUTED
             self._add((uuid, None), root, delta)
             return
-        self._rules[uuid] = SM_SHARE
         pods = {ref: sm for ref, sm in device_shares.items() if ref is not None}
         busy = max(1.0, sum(device_shares.values()))
         weights: dict[object, float] = {**pods, None: busy - sum(pods.values())}
@@ -272,6 +275,14 @@ class EnergyLedger:
         kept = {key[0] for key in self._rows}
         self._last = {r: v for r, v in self._last.items() if (r, None) in self._rows}
         self._rules = {u: rule for u, rule in self._rules.items() if u in kept}
+
+def _rule(uuid: str, attribution: Attribution,
+          shares: Mapping[str, Mapping[PodRef | None, float]]) -> str:
+    """How a device's (or MIG instance's) energy is split between its users."""
+    if attribution.exclusive_owner(uuid) is not None:
+        return EXCLUSIVE
+    return SM_SHARE if uuid in shares else UNATTRIBUTED
+
 
 def _sm_shares(usage: Iterable[PodUsage]) -> dict[str, dict[PodRef | None, float]]:
     """Device uuid -> container (``None``: no pod) -> SM share, where NVML gave shares."""

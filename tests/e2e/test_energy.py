@@ -13,10 +13,9 @@ from __future__ import annotations
 import pytest
 
 from otel_gpu.sim import load_scenario
-from otel_gpu.sim.node import write_node
 from tests.support.exposition import series
 from tests.support.kubelet import container, devices, pod
-from tests.support.process import wait_until
+from tests.support.process import start_on_node, wait_until
 
 SHARED = "GPU-5a5a7118-e550-79a1-597e-7631e126c57a"
 WHOLE = "GPU-b1028956-cfa2-0990-bf4a-5da9abb51763"
@@ -68,15 +67,7 @@ def _pods(*names: str):
 
 def _start(collector, kubelet, tmp_path, env: dict | None = None):
     kubelet.set_pods(_pods(*(name for name, _, _ in SHARES)))
-    path = tmp_path / "scenario.yaml"
-    path.write_text(SCENARIO)
-    paths = write_node(load_scenario(str(path)).node, tmp_path / "node")
-    return collector(
-        "--simulate", str(path), "--kubelet-socket", kubelet.socket_path,
-        "--kubelet-interval", "0.1", "--process-usage", "true",
-        "--proc-root", str(paths.proc_root), "--pod-log-root", str(paths.pod_log_root),
-        env=env,
-    )
+    return start_on_node(collector, tmp_path, kubelet, SCENARIO, env=env)
 
 
 def _mj(joules: float) -> int:

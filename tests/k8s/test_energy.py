@@ -126,7 +126,8 @@ def test_mig_splits_by_instance_activity_then_by_the_rules_inside_each():
     ledger.update(_snap(1, *_mig(10_000, (50.0, 100.0))), held)
     rows = ledger.update(_snap(2, *_mig(11_000, (50.0, 100.0))), held)
     # 50 % of 3 slices against 100 % of 1: 1.5 to 1
-    assert _rows(rows) == {(GPU1, None): 10_000, (MIG_A, A): 600, (MIG_B, None): 400}
+    assert _rows(rows) == {(GPU1, None): 10_000, (MIG_A, A): 600, (MIG_B, None): 400,
+                           (MIG_A, None): 0}  # every instance has its idle row, at 0 here
     assert _rules(rows) == {GPU1: energy.MIG_ACTIVITY, MIG_A: energy.EXCLUSIVE,
                             MIG_B: energy.UNATTRIBUTED}
 
@@ -137,7 +138,8 @@ def test_mig_without_activity_splits_by_compute_slices(active):
     held = _owned(MIG_A, A)
     ledger.update(_snap(1, *_mig(10_000, active)), held)
     rows = ledger.update(_snap(2, *_mig(12_000, active)), held)
-    assert _rows(rows) == {(GPU1, None): 10_000, (MIG_A, A): 1500, (MIG_B, None): 500}
+    assert _rows(rows) == {(GPU1, None): 10_000, (MIG_A, A): 1500, (MIG_B, None): 500,
+                           (MIG_A, None): 0}
     assert _rules(rows)[GPU1] == energy.MIG_SLICES
 
 
@@ -243,6 +245,19 @@ def test_a_republication_of_the_same_sample_counts_nothing_again():
     assert ledger.update(_snap(2, _gpu(2000)), _owned(GPU0, B)) == again
     assert _rows(ledger.update(_snap(3, _gpu(2500)), _owned(GPU0, B))) == {
         (GPU0, A): 1000, (GPU0, B): 500, (GPU0, None): 1000}
+
+
+def test_pods_seen_between_two_samples_get_their_row_and_rule_at_once():
+    """The kubelet answers after the first sample: the holder's counter exists at 0 and
+    the rule in force is said now, not an interval later; nothing is counted twice."""
+    ledger = EnergyLedger()
+    first = ledger.update(_snap(1, _gpu(5000)), NOBODY)
+    assert _rows(first) == {(GPU0, None): 5000} and _rules(first) == {GPU0: energy.UNATTRIBUTED}
+    again = ledger.update(_snap(1, _gpu(5000)), _owned())
+    assert _rows(again) == {(GPU0, None): 5000, (GPU0, A): 0}
+    assert _rules(again) == {GPU0: energy.EXCLUSIVE}
+    later = ledger.update(_snap(2, _gpu(5400)), _owned())
+    assert _rows(later) == {(GPU0, None): 5000, (GPU0, A): 400}
 
 
 class _Watcher:

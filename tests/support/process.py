@@ -152,3 +152,23 @@ def connections_left_waiting(port: int, count: int = 200, within: float = 0.8) -
     finally:
         for sock in socks:
             sock.close()
+
+
+def start_on_node(collector, tmp_path: Path, kubelet, scenario: str, *args: str,
+                  env: dict[str, str] | None = None):
+    """The collector on a simulated node whose processes and pod logs the scenario
+    describes (``/proc`` and ``/var/log/pods`` written under ``tmp_path``), with process
+    usage on and the fake kubelet polled every 0.1 s."""
+    from otel_gpu.sim import load_scenario
+    from otel_gpu.sim.node import write_node
+
+    path = tmp_path / "scenario.yaml"
+    path.write_text(scenario)
+    paths = write_node(load_scenario(str(path)).node, tmp_path / "node")
+    return collector(
+        "--simulate", str(path), "--kubelet-socket", kubelet.socket_path,
+        "--kubelet-interval", "0.1", "--process-usage", "true",
+        "--proc-root", str(paths.proc_root), "--pod-log-root", str(paths.pod_log_root),
+        *args, env=env,
+    )
+
