@@ -121,9 +121,12 @@ def test_three_pods_time_slicing_a_gpu_each_see_their_own_use(collector, kubelet
     proc = _start(collector, tmp_path, kubelet, TIME_SLICED)
 
     def usage_with_every_pod():
+        """Usage rows come from the processes' cgroups, the allocations from the kubelet:
+        wait for a body with both (the first sample can come before the kubelet's answer)."""
         text = proc.metrics()
         found = _usage(text, "nvidia_gpu_k8s_memory_usage_bytes", SHARED)
-        return text if set(SHARERS) <= set(found) else None
+        joined = series(text, "otel_gpu_kubelet_pods") == [({}, float(len(SHARERS) + 1))]
+        return text if set(SHARERS) <= set(found) and joined else None
 
     text = wait_until(usage_with_every_pod, 20, "usage series for the three sharers")
     memory = _usage(text, "nvidia_gpu_k8s_memory_usage_bytes", SHARED)
@@ -184,8 +187,11 @@ def test_per_pod_usage_travels_under_each_pods_resource(collector, kubelet, rece
                 out.setdefault(owner, {})[row.metric] = row.value
         return out
 
-    (req,) = receiver.wait_for(
-        lambda r: set(SHARERS) <= set(usage_per_pod(r)), timeout=30)
+    def every_pod(r) -> bool:
+        pods = {g.get("k8s.pod.name") for g in resource_groups(r)}
+        return set(SHARERS) <= set(usage_per_pod(r)) and "solo-d" in pods
+
+    (req,) = receiver.wait_for(every_pod, timeout=30)
     usage = usage_per_pod(req)
     assert set(usage) == set(SHARERS)  # nothing left under the node's Resource
     for key, (mem, sm_share, _, processes) in SHARERS.items():
@@ -217,12 +223,17 @@ def test_two_pods_on_two_mig_instances(collector, kubelet, tmp_path):
     proc = _start(collector, tmp_path, kubelet, MIG_NODE)
 
     def both():
+        """Usage rows come from the processes' cgroups, the owners from the kubelet: wait
+        for a body with both joined (the first sample can come before the kubelet's answer)."""
         text = proc.metrics()
         found = {lab["hw_id"]: _key(lab)
                  for lab, _ in series(text, "nvidia_gpu_k8s_memory_usage_bytes")}
-        return text if found.get(MIG_A) and found.get(MIG_B) else None
+        owned = all(_key(lab)[0] for uuid in (MIG_A, MIG_B)
+                    for lab, _ in series(text, "hw_gpu_memory_usage_bytes", hw_id=uuid)) and all(
+            series(text, "hw_gpu_memory_usage_bytes", hw_id=uuid) for uuid in (MIG_A, MIG_B))
+        return text if found.get(MIG_A) and found.get(MIG_B) and owned else None
 
-    text = wait_until(both, 20, "usage series on both MIG instances")
+    text = wait_until(both, 20, "usage series and owners on both MIG instances")
     for uuid, pod_name, memory, processes in ((MIG_A, "big", 4 * GIB, 2),
                                               (MIG_B, "small", 2 * GIB, 1)):
         key = (pod_name, "ml", "main")
