@@ -203,25 +203,30 @@ def test_a_burst_of_200_connections_fits_the_backlog(registry):
         srv.server_close()
 
 
+def _trickle(sock: socket.socket, data: bytes) -> float | None:
+    """Send ``data`` a byte at a time, about 20 a second; the seconds until the server
+    closed the connection, or None if it never did."""
+    sock.settimeout(0.05)
+    started = time.monotonic()
+    try:
+        for byte in data:
+            try:
+                sock.send(bytes([byte]))
+                if sock.recv(1024) == b"":
+                    return time.monotonic() - started
+            except TimeoutError:
+                continue  # the recv timeout paces the trickle
+            except (BrokenPipeError, ConnectionResetError):
+                return time.monotonic() - started
+        return None
+    finally:
+        sock.close()
+
+
 def test_a_trickling_request_is_cut_at_the_head_deadline(serve):
     """The head deadline is total: a byte now and then does not renew it (slowloris)."""
     srv = serve(head_timeout=0.5)
-    sock = _connect(srv.port)
-    started = time.monotonic()
-    sock.settimeout(0.05)
-    closed = None
-    for byte in b"GET /healthz HTTP/1.1\r\nX-Slow: " + b"a" * 200:
-        try:
-            sock.send(bytes([byte]))
-            if sock.recv(1024) == b"":
-                closed = time.monotonic() - started
-                break
-        except TimeoutError:
-            continue  # the recv timeout paces the trickle
-        except (BrokenPipeError, ConnectionResetError):
-            closed = time.monotonic() - started
-            break
-    sock.close()
+    closed = _trickle(_connect(srv.port), b"GET /healthz HTTP/1.1\r\nX-Slow: " + b"a" * 200)
     assert closed is not None and closed < 3.0, closed
     wait_until(lambda: srv.connections == 0, 5, "the slow connection to be forgotten")
     assert http_get(f"http://127.0.0.1:{srv.port}/healthz")[0] == 200
@@ -240,21 +245,7 @@ def test_a_trickling_tls_handshake_is_cut_at_the_head_deadline(serve, tmp_path):
     with pytest.raises(ssl.SSLWantReadError):
         hello_maker.do_handshake()
     hello = outgoing.read()
-    sock = _connect(srv.port)
-    sock.settimeout(0.05)
-    started, closed = time.monotonic(), None
-    for byte in hello:
-        try:
-            sock.send(bytes([byte]))
-            if sock.recv(1024) == b"":
-                closed = time.monotonic() - started
-                break
-        except TimeoutError:
-            continue  # the recv timeout paces the trickle
-        except (BrokenPipeError, ConnectionResetError):
-            closed = time.monotonic() - started
-            break
-    sock.close()
+    closed = _trickle(_connect(srv.port), hello)
     assert closed is not None and closed < 3.0, (closed, len(hello))
 
 

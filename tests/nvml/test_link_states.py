@@ -18,7 +18,23 @@ STATE = pynvml.NVML_FI_DEV_NVLINK_GET_STATE
 NVLINK = ("nvlink.links", "nvlink.active", "nvlink.tx", "nvlink.rx", "nvlink.errors.crc_flit")
 
 
-class LinkTwoComesUp(Recording):
+class _StateFields(Recording):
+    """A driver whose batched link states differ from the simulator's: ``edit`` changes
+    each state entry of a field-value call."""
+
+    def edit(self, value: Any) -> None:
+        raise NotImplementedError
+
+    @c_symbol
+    def nvmlDeviceGetFieldValues(self, handle: Any, count: Any, values_ref: Any) -> None:
+        super().nvmlDeviceGetFieldValues(handle, count, values_ref)
+        values = deref(values_ref)
+        for i in range(arg_int(count)):
+            if values[i].fieldId == STATE:
+                self.edit(values[i])
+
+
+class LinkTwoComesUp(_StateFields):
     """Link 2 (inactive in the scenario) is up from sample 3 on, in either answer."""
 
     @c_symbol
@@ -27,37 +43,23 @@ class LinkTwoComesUp(Recording):
         if arg_int(link) == 2 and self.sample >= 3:
             deref(out).value = pynvml.NVML_FEATURE_ENABLED
 
-    @c_symbol
-    def nvmlDeviceGetFieldValues(self, handle: Any, count: Any, values_ref: Any) -> None:
-        super().nvmlDeviceGetFieldValues(handle, count, values_ref)
-        values = deref(values_ref)
-        for i in range(arg_int(count)):
-            if values[i].fieldId == STATE and values[i].scopeId == 2 and self.sample >= 3:
-                values[i].value.uiVal = pynvml.NVML_NVLINK_STATE_ACTIVE
+    def edit(self, value: Any) -> None:
+        if value.scopeId == 2 and self.sample >= 3:
+            value.value.uiVal = pynvml.NVML_NVLINK_STATE_ACTIVE
 
 
-class StatesSayInactive(Recording):
+class StatesSayInactive(_StateFields):
     """A driver whose batched states disagree with its calls per link."""
 
-    @c_symbol
-    def nvmlDeviceGetFieldValues(self, handle: Any, count: Any, values_ref: Any) -> None:
-        super().nvmlDeviceGetFieldValues(handle, count, values_ref)
-        values = deref(values_ref)
-        for i in range(arg_int(count)):
-            if values[i].fieldId == STATE:
-                values[i].value.uiVal = pynvml.NVML_NVLINK_STATE_INACTIVE
+    def edit(self, value: Any) -> None:
+        value.value.uiVal = pynvml.NVML_NVLINK_STATE_INACTIVE
 
 
-class NoStateField(Recording):
+class NoStateField(_StateFields):
     """A driver without the state field id."""
 
-    @c_symbol
-    def nvmlDeviceGetFieldValues(self, handle: Any, count: Any, values_ref: Any) -> None:
-        super().nvmlDeviceGetFieldValues(handle, count, values_ref)
-        values = deref(values_ref)
-        for i in range(arg_int(count)):
-            if values[i].fieldId == STATE:
-                values[i].nvmlReturn = pynvml.NVML_ERROR_INVALID_ARGUMENT
+    def edit(self, value: Any) -> None:
+        value.nvmlReturn = pynvml.NVML_ERROR_INVALID_ARGUMENT
 
 
 def _run(fake_nvml, driver: type[Recording], samples: int, scope: str = "false"):
