@@ -7,7 +7,7 @@ beside the prometheus_client render of the same series:
 
 - ``sample``: one NVML sample on the fake driver (``Sampler.sample``);
 - ``collect``: one SDK collection (every instrument callback) through the
-  collector's :class:`~otel_gpu.exporters.collected.CollectingReader`;
+  collector's :class:`~otel_gpu.export.collected.CollectingReader`;
 - ``write``: that collection as Prometheus text (:class:`TextWriter`), and
   ``write_exporter``: the same through OpenTelemetry's Prometheus exporter
   and prometheus_client, as the collector wrote it before;
@@ -69,20 +69,21 @@ def measure(node_name: str, repeat: int) -> dict[str, float]:
     from prometheus_client import CollectorRegistry, generate_latest
 
     from otel_gpu import sim
-    from otel_gpu.exporters.collected import CollectingReader
-    from otel_gpu.exporters.otlp import PodResourceExporter
-    from otel_gpu.exporters.otlp_encode import Encoder
-    from otel_gpu.exporters.prometheus_text import TextWriter
-    from otel_gpu.nvml.library import Nvml
-    from otel_gpu.nvml.sampler import Sampler
-    from otel_gpu.telemetry import build_meter_provider, build_resource
+    from otel_gpu.export.collected import CollectingReader
+    from otel_gpu.export.otlp import PodResourceExporter
+    from otel_gpu.export.otlp_encode import Encoder
+    from otel_gpu.export.prometheus_text import TextWriter
+    from otel_gpu.instrument.catalog import all_sources
+    from otel_gpu.instrument.telemetry import build_meter_provider, build_resource
+    from otel_gpu.sample.library import Nvml
+    from otel_gpu.sample.sampler import Sampler
 
     node = NODES[node_name]
     with tempfile.TemporaryDirectory(prefix="otel-gpu-render-") as tmp:
         sim.install(sim.FakeNvml(sim.load_scenario(str(write_scenario(node, Path(tmp))))))
     nvml = Nvml()
     nvml.init()
-    sampler = Sampler(nvml, read_timeout=10.0)
+    sampler = Sampler(nvml, all_sources(), read_timeout=10.0)
     try:
         state = {"snap": sampler.sample()}
         resource = build_resource(environ={})

@@ -115,19 +115,19 @@ def _check_files(config: Config) -> None:
     ``check`` calls it so that it refuses what ``serve`` would, and ``serve``
     before anything else, so that a bad file is the only line it prints.
     """
-    from otel_gpu.app import choose_exporters
-    from otel_gpu.exporters import otlp
-    from otel_gpu.naming.dcgm import parse_collectors
+    from otel_gpu.export import otlp
+    from otel_gpu.export.naming.dcgm import parse_collectors
+    from otel_gpu.wiring import choose_exporters
 
     try:
         if config.collectors:
             parse_collectors(config.collectors)
         if config.web_config_file:
-            from otel_gpu.exporters.webconfig import load_web_config
+            from otel_gpu.export.webconfig import load_web_config
 
             load_web_config(config.web_config_file)
         if "otlp" in choose_exporters(config, os.environ):
-            from otel_gpu.exporters import otlp_logs
+            from otel_gpu.export import otlp_logs
 
             settings = otlp.OtlpSettings.from_config(config)
             otlp.validate(settings, os.environ)
@@ -137,8 +137,8 @@ def _check_files(config: Config) -> None:
 
 
 def _open_nvml(config: Config):
-    from otel_gpu.app import open_nvml
-    from otel_gpu.nvml.library import NvmlUnavailable
+    from otel_gpu.sample.library import NvmlUnavailable
+    from otel_gpu.wiring import open_nvml
 
     try:
         nvml = open_nvml(config.simulate)
@@ -158,7 +158,7 @@ def serve(config: Config) -> int:
     # catalog, the first snapshot): no cycle collection until the first sample is out,
     # then they are frozen out of every later collection's walk.
     gc.disable()
-    from otel_gpu.app import Service
+    from otel_gpu.wiring import Service
 
     logging.disable(logging.WARNING)  # what this pass would warn about, the service says once
     try:
@@ -199,8 +199,8 @@ def serve(config: Config) -> int:
 
 
 def check(config: Config) -> int:
-    from otel_gpu.app import sample_once
-    from otel_gpu.catalog import CATALOG, device_observations
+    from otel_gpu.instrument.catalog import CATALOG, device_observations
+    from otel_gpu.wiring import sample_once
 
     snapshot = sample_once(config, _open_nvml(config))
     print(f"driver {snapshot.driver_version or 'unknown'}; "
@@ -238,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     args = build_parser().parse_args(argv)
     if args.command == "metrics":
-        from otel_gpu import _docs
+        from otel_gpu.export import _docs
 
         render = {"markdown": _docs.markdown, "migration": _docs.migration}.get(
             args.format, _docs.text_table

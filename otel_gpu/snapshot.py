@@ -233,7 +233,7 @@ class PodEnergy:
     ``pod`` is ``None`` for the device's unattributed energy: idle power,
     processes of no pod, and (on the GPU whose counter it is) the energy from
     before the collector started. ``rule`` names how the device's energy
-    is split now (:mod:`otel_gpu.k8s.energy`).
+    is split now (:mod:`otel_gpu.attribute.k8s.energy`).
     """
 
     uuid: str
@@ -366,7 +366,7 @@ class Pods:
     container with processes on a device and every container holding one."""
     energy: tuple[PodEnergy, ...] = ()
     """Cumulative energy per (device, container), and per device for no pod
-    (:mod:`otel_gpu.k8s.energy`): a GPU's rows, its MIG instances' included,
+    (:mod:`otel_gpu.attribute.k8s.energy`): a GPU's rows, its MIG instances' included,
     sum to its energy counter."""
 
 
@@ -391,7 +391,7 @@ class Snapshot:
     """Set when Kubernetes pod attribution is on."""
     jobs: Mapping[str, tuple[str, ...]] | None = None
     """HPC job ids per device uuid, sorted (an immutable mapping; devices without jobs
-    are absent), when HPC job attribution is on (:mod:`otel_gpu.hpc`)."""
+    are absent), when HPC job attribution is on (:mod:`otel_gpu.attribute.hpc`)."""
 
     def healthy_devices(self) -> int:
         """Devices that answered this sample and are not failed."""

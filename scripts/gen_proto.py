@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerate the Pod Resources stubs in ``otel_gpu/k8s/_proto`` from ``proto/``.
+"""Regenerate the Pod Resources stubs in ``otel_gpu/attribute/k8s/_proto`` from ``proto/``.
 
 The stubs are checked in so that installing otel-gpu never needs protoc. Only
 message classes are generated (``--python_out`` and ``--pyi_out``): the client
@@ -12,7 +12,7 @@ stable with grpcio-tools pinned to ``PINNED_GRPC_TOOLS``.
 
 Usage::
 
-    python scripts/gen_proto.py            # rewrite otel_gpu/k8s/_proto
+    python scripts/gen_proto.py            # rewrite otel_gpu/attribute/k8s/_proto
     python scripts/gen_proto.py --check    # exit 1 if the checked-in stubs are stale
 """
 
@@ -30,8 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "proto"
-OUT_DIR = ROOT / "otel_gpu" / "k8s" / "_proto"
-PACKAGE = "otel_gpu.k8s._proto"
+OUT_DIR = ROOT / "otel_gpu" / "attribute" / "k8s" / "_proto"
+PACKAGE = "otel_gpu.attribute.k8s._proto"
 PROTOS = ("podresources/v1/api.proto", "podresources/v1alpha1/api.proto")
 PINNED_GRPC_TOOLS = "1.85.1"
 

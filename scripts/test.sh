@@ -29,4 +29,5 @@ else
 fi
 
 .venv/bin/ruff check .
+.venv/bin/lint-imports --no-cache >/dev/null || .venv/bin/lint-imports --no-cache
 .venv/bin/python -m pytest "$@"

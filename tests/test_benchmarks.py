@@ -55,7 +55,7 @@ EXPECTED_NVML_CALLS = 17.25
 """Calls per GPU per sample in the h100x8 profile with the default settings: 17 per GPU
 (one batched field call, the 14 values NVML has no field id for, GPM's two), and 2 per
 sample for the node (the device count and the XID event wait), over 8 GPUs; 18.25 with
-process usage on (tests/nvml/test_batching.py). It was 28.25 before power, two power limits,
+process usage on (tests/sample/test_batching.py). It was 28.25 before power, two power limits,
 six violation times and the NVLink link states joined the batch and the row remap histogram
 was read only when a remapping moves. Issue 13 asks for 14 at most: the rest have no field
 id to batch them with."""

@@ -10,10 +10,10 @@ import pytest
 from otel_gpu import cli
 from otel_gpu.config import OPTIONS, ConfigError, load
 from otel_gpu.errors import SetupError
-from otel_gpu.exporters.otlp import OtlpSetupError
-from otel_gpu.exporters.webconfig import WebConfigError
-from otel_gpu.naming.dcgm import CollectorsError
-from otel_gpu.nvml.library import NvmlUnavailable
+from otel_gpu.export.naming.dcgm import CollectorsError
+from otel_gpu.export.otlp import OtlpSetupError
+from otel_gpu.export.webconfig import WebConfigError
+from otel_gpu.sample.library import NvmlUnavailable
 from otel_gpu.sim import ScenarioError
 
 

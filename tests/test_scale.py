@@ -10,9 +10,9 @@ import re
 from collections import Counter
 
 from benchmarks.scenarios import Node, gpu_uuids, time_sliced_pods, write_scenario
-from otel_gpu.app import Service
 from otel_gpu.config import load
-from otel_gpu.nvml.library import Nvml
+from otel_gpu.sample.library import Nvml
+from otel_gpu.wiring import Service
 from tests.support.kubelet import FakeKubelet
 from tests.support.process import wait_until
 

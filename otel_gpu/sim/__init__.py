@@ -1,6 +1,6 @@
 """The NVML simulator behind ``--simulate``: a fake driver and the scenarios it plays.
 
-What runs against a real driver lives in :mod:`otel_gpu.nvml`; this package
+What runs against a real driver lives in :mod:`otel_gpu.sample`; this package
 only replaces what sits underneath it. :mod:`~otel_gpu.sim.scenario` loads and
 validates a scenario (the YAML format is documented there; built-in ones are
 in ``profiles/``), :mod:`~otel_gpu.sim.driver` answers NVML's C symbols from

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from otel_gpu.naming.dcgm import DEFAULT_FIELDS, FIELDS
+from otel_gpu.export.naming.dcgm import DEFAULT_FIELDS, FIELDS
 from tests.support.exposition import series
 from tests.support.kubelet import FakeKubelet, container, devices, pod
 from tests.support.nvml import first_sample_values, profile_uuids

@@ -17,7 +17,8 @@ from tests.support.nvml import first_sample_values, profile_uuids
 from tests.support.process import run_cli, wait_until
 
 GOLDEN = Path(__file__).parent / "golden"
-DEFAULT_CSV = Path(__file__).parents[1] / "naming" / "fixtures" / "dcgm-default-counters.csv"
+FIXTURES = Path(__file__).parents[1] / "export" / "naming" / "fixtures"
+DEFAULT_CSV = FIXTURES / "dcgm-default-counters.csv"
 COMPAT_CSV = DEFAULT_CSV.with_name("dcgm-1x-compatibility.csv")
 DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "hostname",
                "DCGM_FI_DRIVER_VERSION"}
@@ -163,7 +164,7 @@ def _normalised(text: str) -> str:
 
 
 def _golden_pods(scenario: str) -> tuple[list, dict[str, str]]:
-    """The pods of the dcgm and kubelet golden expositions (tests/naming/test_naming.py),
+    """The pods of the dcgm and kubelet golden expositions (tests/export/naming/test_naming.py),
     and the devices held whole by one of them: uuid -> pod name.
     """
     def held(name: str, resource: str, device_id: str):

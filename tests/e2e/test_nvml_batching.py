@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import textwrap
 
-from tests.nvml.test_batching import CALLS_PER_GPU_PER_SAMPLE
+from tests.sample.test_batching import CALLS_PER_GPU_PER_SAMPLE
 from tests.support.exposition import series
 
 H100 = "NVIDIA H100 80GB HBM3"

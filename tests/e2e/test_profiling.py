@@ -12,7 +12,8 @@ from tests.support.exposition import series
 from tests.support.nvml import profile_uuids
 from tests.support.process import run_cli, wait_until
 
-PROFILING_CSV = Path(__file__).parents[1] / "naming" / "fixtures" / "dcgm-profiling-counters.csv"
+FIXTURES = Path(__file__).parents[1] / "export" / "naming" / "fixtures"
+PROFILING_CSV = FIXTURES / "dcgm-profiling-counters.csv"
 MIB = 2.0**20
 # h100x8's GPUs 0-3 and 4-7: SM_UTIL, ANY_TENSOR_UTIL, DRAM_BW_UTIL (%) at GPU k of the entry
 H100X8 = {"sm": ((20, 10), (60, 10)), "tensor": ((10, 6), (40, 6)), "dram": ((18, 7), (46, 7))}

@@ -58,8 +58,8 @@ from typing import Any
 
 import grpc
 
-from otel_gpu.k8s._proto.podresources.v1 import api_pb2 as v1_pb2
-from otel_gpu.k8s._proto.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
+from otel_gpu.attribute.k8s._proto.podresources.v1 import api_pb2 as v1_pb2
+from otel_gpu.attribute.k8s._proto.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
 from tests.support.process import wait_until
 
 __all__ = [

@@ -18,6 +18,10 @@ from pathlib import Path
 import pynvml
 
 from otel_gpu import sim
+from otel_gpu.instrument.catalog import all_sources
+
+SOURCES = all_sources()
+"""Every source the catalog reads: what the service hands its sampler."""
 
 
 def load(

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tempfile
 
-from otel_gpu.k8s.podresources import PodResourcesWatcher
+from otel_gpu.attribute.k8s.podresources import PodResourcesWatcher
 from tests.support.process import ROOT, wait_until
 from tests.support.snapshots import GPU0
 

@@ -1,0 +1,247 @@
+"""The attribution stage: joins each new snapshot with the kubelet's latest answer.
+
+It runs when a sample is taken and when the kubelet's answer changes (on
+those threads, never on a scrape), so instrument callbacks find the pods
+already attached to the snapshot they read and never touch the kubelet,
+sysfs, or the join itself.
+
+Allocated ids that match no device (a device plugin naming devices in a way
+otel-gpu does not know, or ids of another node's GPUs) are reported as one
+summary line when their set changes, at most once a minute, and counted by
+``otel_gpu.kubelet.unresolved_ids``: a node with thousands of such ids
+writes a line a minute at most, and remembers nothing per id.
+
+With process usage on, it also maps each device's processes to their
+containers (:mod:`otel_gpu.attribute.k8s.processes`: once per sample, the answer kept
+for the kubelet's re-publications of that sample) and attaches the usage per
+(device, container) as :attr:`~otel_gpu.snapshot.Pods.usage`. Energy per
+(device, container) (:mod:`otel_gpu.attribute.k8s.energy`) is accounted here too, once per
+sample, as :attr:`~otel_gpu.snapshot.Pods.energy`.
+
+gRPC and the kubelet's API stubs cost memory and start-up time (about 12 MiB
+and 90 ms), and a node that is not a Kubernetes node never needs them: the
+collector's watcher is a :class:`KubeletWatch`, which looks for the socket on
+the kubelet interval and imports gRPC and builds the
+:class:`~otel_gpu.attribute.k8s.podresources.PodResourcesWatcher` only once something is
+there. Until then each snapshot carries an empty attribution.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from otel_gpu._log import ChangeLimiter, LogLimiter
+from otel_gpu.attribute.k8s.energy import EnergyLedger
+from otel_gpu.attribute.k8s.processes import ProcessMapper, join_usage
+from otel_gpu.snapshot import (
+    Attribution,
+    KubeletStats,
+    PodRef,
+    Pods,
+    PodUsage,
+    Snapshot,
+    UnresolvedId,
+)
+
+if TYPE_CHECKING:  # both import gRPC
+    from otel_gpu.attribute.k8s.attribution import Attributor
+    from otel_gpu.attribute.k8s.podresources import PodResourcesState, PodResourcesWatcher
+
+log = logging.getLogger(__name__)
+
+EXAMPLES = 3
+"""Unmatched ids quoted in the summary line."""
+SUMMARY_EVERY_S = 60.0
+_ID_CHARS = 80
+
+
+def _fingerprint(unresolved: Sequence[UnresolvedId]) -> tuple[int, int]:
+    """Small, order-free identity of a set of unmatched ids."""
+    return len(unresolved), hash(frozenset((u.resource_name, u.device_id) for u in unresolved))
+
+
+_NONE = _fingerprint(())
+
+
+def _example(u: UnresolvedId) -> str:
+    device_id = u.device_id if len(u.device_id) <= _ID_CHARS else u.device_id[:_ID_CHARS] + "..."
+    return f"{u.resource_name} {device_id!r} ({u.reason})"
+
+
+class KubeletWatch:
+    """The kubelet watcher, built (importing gRPC) once anything exists at the socket path.
+
+    ``build`` makes the :class:`~otel_gpu.attribute.k8s.podresources.PodResourcesWatcher`.
+    :meth:`start` builds it at once when the path exists, else starts the
+    ``otel-gpu-kubelet-wait`` thread, which checks the path every ``interval``
+    and builds and starts the watcher when it appears, then ends. Until then
+    :attr:`state` is None and :attr:`stats` says the socket is absent. A path
+    that exists but is not a socket is the watcher's to report.
+    """
+
+    def __init__(
+        self,
+        socket_path: str | os.PathLike[str],
+        build: Callable[[], PodResourcesWatcher],
+        *,
+        interval: float,
+    ) -> None:
+        self.socket_path = os.fspath(socket_path)
+        self.interval = interval
+        self._build = build
+        self.watcher: PodResourcesWatcher | None = None
+        """Set once, by :meth:`start`, the waiting thread or :meth:`poll_once`."""
+        self._checks = 0
+        self._said_absent = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._limited = LogLimiter(log, 60.0)
+
+    def _ensure(self, *, late: bool = False) -> PodResourcesWatcher | None:
+        if self.watcher is None:
+            if not os.path.lexists(self.socket_path):
+                self._checks += 1
+                if not self._said_absent:
+                    self._said_absent = True
+                    log.info("pod attribution off: no kubelet socket at %s (picked up if it "
+                             "appears; in a container, mount its directory, not the socket "
+                             "file)", self.socket_path)
+                return None
+            self.watcher = self._build()
+            if late:
+                log.info("kubelet pod-resources socket %s is available: pod attribution on",
+                         self.socket_path)
+        return self.watcher
+
+    @property
+    def state(self) -> PodResourcesState | None:
+        watcher = self.watcher
+        return None if watcher is None else watcher.state
+
+    @property
+    def stats(self) -> KubeletStats:
+        watcher = self.watcher
+        if watcher is not None:
+            return watcher.stats
+        return KubeletStats(requests=MappingProxyType({}), last_success_monotonic=None, pods=0,
+                            devices=0, source=None, consecutive_failures=self._checks,
+                            socket_present=False if self._checks else None)
+
+    def start(self) -> None:
+        watcher = self._ensure()
+        if watcher is not None:
+            watcher.start()
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._wait, name="otel-gpu-kubelet-wait",
+                                        daemon=True)
+        self._thread.start()
+
+    def _wait(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                watcher = self._ensure(late=True)
+            except Exception:  # noqa: BLE001 - a bug must not end the wait
+                self._limited.log("build", logging.ERROR,
+                                  "starting the kubelet pod-resources watcher failed",
+                                  exc_info=True)
+                continue
+            if watcher is not None:
+                if not self._stop.is_set():
+                    watcher.start()
+                return
+
+    def poll_once(self) -> bool:
+        watcher = self._ensure()
+        return watcher is not None and watcher.poll_once()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        if self.watcher is not None:
+            self.watcher.stop(timeout)
+
+
+class PodEnricher:
+    """Attaches :class:`~otel_gpu.snapshot.Pods` to snapshots; cheap when nothing changed.
+
+    Called under the pipeline's lock (or from ``check``, on one thread), so its
+    state needs no lock of its own.
+    """
+
+    def __init__(
+        self,
+        watcher: PodResourcesWatcher | KubeletWatch,
+        sysfs_root: Path = Path("/"),
+        *,
+        summary_every: float = SUMMARY_EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+        processes: ProcessMapper | None = None,
+    ) -> None:
+        self.watcher = watcher
+        self.processes = processes
+        self._owners: tuple[int, dict[int, PodRef | None]] | None = None
+        self.sysfs_root = Path(sysfs_root)
+        self._attributor: Attributor | None = None
+        self._unresolved_log = ChangeLimiter(summary_every, clock=clock, initial=_NONE)
+        self._unresolved: tuple[UnresolvedId, ...] = ()
+        self._unresolved_key = _NONE
+        self._summary_every = summary_every
+        self.energy = EnergyLedger()
+        """Energy per (device, container): fed every snapshot, counts each sample once."""
+
+    def __call__(self, snapshot: Snapshot) -> Snapshot:
+        state = self.watcher.state
+        if state is None:  # no kubelet socket yet: nothing to join
+            return replace(snapshot, pods=Pods(Attribution(), self.watcher.stats, None))
+        devices = tuple(s.device for s in snapshot.devices)
+        if self._attributor is None or self._attributor.devices != devices:
+            from otel_gpu.attribute.k8s.attribution import Attributor
+
+            self._attributor = Attributor(devices, self.sysfs_root)
+        attribution = self._attributor(state)
+        self._report_unresolved(attribution.unresolved)
+        usage: tuple[PodUsage, ...] = ()
+        if self.processes is not None:
+            usage = join_usage(snapshot.devices, self._process_owners(snapshot), attribution)
+        energy = self.energy.update(snapshot, attribution, usage)  # once per sample
+        pods = Pods(attribution, self.watcher.stats, state.taken_monotonic, usage, energy)
+        return replace(snapshot, pods=pods)
+
+    def _process_owners(self, snapshot: Snapshot) -> dict[int, PodRef | None]:
+        """Each listed process's container, read once per sample."""
+        assert self.processes is not None
+        if self._owners is None or self._owners[0] != snapshot.seq:
+            pids = {p.pid for s in snapshot.devices for p in s.processes or ()}
+            self._owners = (snapshot.seq, self.processes.owners(pids))
+        return self._owners[1]
+
+    def _report_unresolved(self, unresolved: tuple[UnresolvedId, ...]) -> None:
+        """One line for the set of unmatched ids when it changed (see the module docstring)."""
+        if unresolved is not self._unresolved:  # a new kubelet answer (or new devices)
+            self._unresolved, self._unresolved_key = unresolved, _fingerprint(unresolved)
+        changes = self._unresolved_log.changes(self._unresolved_key)
+        if not changes:
+            return
+        more = (f"; the set changed {changes} times since the last such line "
+                f"(at most one every {self._summary_every:g} s)") if changes > 1 else ""
+        if not unresolved:
+            log.info("every device id the kubelet lists matches a device on this node again%s",
+                     more)
+            return
+        log.warning(
+            "the kubelet lists %d allocated device id(s) that match no GPU or MIG instance "
+            "on this node, so their containers are not attributed (see "
+            "otel_gpu_kubelet_unresolved_ids); for example %s%s",
+            len(unresolved), ", ".join(_example(u) for u in unresolved[:EXAMPLES]), more,
+        )

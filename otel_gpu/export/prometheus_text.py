@@ -1,0 +1,335 @@
+"""The Prometheus text of what the OpenTelemetry SDK collected, written without a detour.
+
+The OpenTelemetry Prometheus exporter turns every collection into
+prometheus_client families and then into text, cleaning, sanitising and
+quoting every label of every series again on every scrape: most of a
+render's CPU. :class:`TextWriter` writes the same text (version 0.0.4) from
+the same ``MetricsData`` by the same translation rules, and remembers each
+attribute set's finished label string, so that a series whose attributes did
+not change (the SDK hands back the same attributes object for it each
+collection) costs one dictionary look-up and its value.
+
+The rules, as ``opentelemetry-exporter-prometheus`` applies them: metric
+names sanitised (``[^a-zA-Z0-9:]`` runs to ``_``, a leading digit to ``_``)
+and suffixed with the mapped unit; a monotonic sum is a counter with
+``_total``; a non-monotonic cumulative sum, and a gauge, is a gauge; label
+names likewise (``:`` replaced too), non-string values written as
+JSON; every series of a family carries the family's whole label set (``""``
+where a point lacks one), sorted by name; ``target_info`` holds the first
+collection's Resource; scope labels (``otel_scope_*``) only when asked.
+Values are written as the Prometheus Python client writes them. Histograms
+and exponential histograms are not written (the collector has none); one is
+logged and left out. Neither prometheus_client nor the exporter is imported
+at run time; ``tests/export/test_prometheus_text.py`` holds the writer to
+the real exporter's output, byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    Gauge,
+    Metric,
+    MetricsData,
+    Sum,
+)
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+from otel_gpu._log import LogLimiter
+
+log = logging.getLogger(__name__)
+
+# The OpenTelemetry-to-Prometheus naming rules (the compatibility specification), written
+# here so that the collector needs neither prometheus_client nor the exporter at run time.
+_NAME_RUNS = re.compile(r"[^a-zA-Z0-9:]+")
+_LABEL_RUNS = re.compile(r"[^a-zA-Z0-9]+")
+_ANNOTATION = re.compile(r"{.*}")
+UNIT_SUFFIXES = {
+    "d": "days", "h": "hours", "min": "minutes", "s": "seconds", "ms": "milliseconds",
+    "us": "microseconds", "ns": "nanoseconds", "By": "bytes", "KiBy": "kibibytes",
+    "MiBy": "mebibytes", "GiBy": "gibibytes", "TiBy": "tibibytes", "KBy": "kilobytes",
+    "MBy": "megabytes", "GBy": "gigabytes", "TBy": "terabytes", "m": "meters", "V": "volts",
+    "A": "amperes", "J": "joules", "W": "watts", "g": "grams", "Cel": "celsius", "Hz": "hertz",
+    "1": "", "%": "percent",
+}
+"""OpenTelemetry unit -> the suffix of a Prometheus metric name."""
+PER_UNIT = {"s": "second", "m": "minute", "h": "hour", "d": "day", "w": "week", "mo": "month",
+            "y": "year"}
+"""The denominator of a rate unit (``By/s``), in the singular."""
+
+
+def metric_name(name: str) -> str:
+    """A metric name: runs of anything but ``[a-zA-Z0-9:]`` to ``_``, a leading digit too."""
+    if name[:1].isdigit():
+        name = "_" + name[1:]
+    return _NAME_RUNS.sub("_", name)
+
+
+def label_name(key: str) -> str:
+    """A label name: runs of anything but ``[a-zA-Z0-9]`` to ``_``, a leading digit too."""
+    if key[:1].isdigit():
+        key = "_" + key[1:]
+    return _LABEL_RUNS.sub("_", key)
+
+
+def unit_suffix(unit: str) -> str:
+    """The name suffix for an OpenTelemetry unit (``{annotations}`` dropped, ``a/b`` as
+    ``a_per_b``)."""
+    unit = _ANNOTATION.sub("", unit)
+    if unit in UNIT_SUFFIXES:
+        return UNIT_SUFFIXES[unit]
+    top, per, bottom = unit.partition("/")
+    bottom = _NAME_RUNS.sub("_", bottom)
+    if per and bottom:
+        top = _NAME_RUNS.sub("_", top)
+        top = UNIT_SUFFIXES.get(top, top)
+        bottom = PER_UNIT.get(bottom, bottom)
+        return f"{top}_per_{bottom}" if top else f"per_{bottom}"
+    return _NAME_RUNS.sub("_", unit).strip("_")
+
+
+def format_value(value: float) -> str:
+    """A sample value as the Prometheus Python client writes it: Python's shortest form,
+    except positive values from a million up, in exponent form as Go writes them."""
+    value = float(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    text = repr(value)
+    if value >= 1e6 and "e" not in text:
+        whole, _, fraction = text.partition(".")
+        mantissa = (whole[0] + "." + whole[1:] + fraction).rstrip("0").rstrip(".")
+        return f"{mantissa}e+{len(whole) - 1:02d}"
+    return text
+
+
+MAX_LABEL_SETS = 200_000
+"""Label strings remembered at most; past this, the memory starts over (one render refills
+it). It also starts over when it holds more than twice the series of the last render, so
+that series gone with their pods do not stay."""
+
+def label_value(value: Any) -> str:
+    """An attribute value as a label value: strings as they are, anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, default=str)
+
+
+def escape_value(text: str) -> str:
+    return text.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", r"\\").replace("\n", r"\n")
+
+
+def _labels(pairs: Iterable[tuple[str, Any]]) -> dict[str, str]:
+    """Sanitised label name -> label value; a later attribute wins a name collision."""
+    out: dict[str, str] = {}
+    for key, value in pairs:
+        out[label_name(key)] = label_value(value)
+    return out
+
+
+def _braces(names: tuple[str, ...], values: Iterable[str]) -> str:
+    """``{a="1",b="2"}`` with the pairs sorted by name (``""`` without labels)."""
+    pairs = sorted(zip(names, values, strict=False))
+    if not pairs:
+        return ""
+    return "{" + ",".join(f'{k}="{escape_value(v)}"' for k, v in pairs) + "}"
+
+
+class _Family:
+    __slots__ = ("header", "labelnames", "lines", "name")
+
+    def __init__(self, name: str, header: str, labelnames: tuple[str, ...]) -> None:
+        self.name = name
+        self.header = header
+        self.labelnames = labelnames
+        self.lines: list[str] = []
+
+
+class _Entry:
+    """One attribute set: the attributes object it was made from (held, so that its id is
+    not reused while remembered), its label names, and its label strings by family shape.
+
+    Most sets are written under one shape only: that string has slots of its own.
+    """
+
+    __slots__ = ("attributes", "braces", "key", "more", "names", "scope")
+
+    def __init__(self, attributes: Any, scope: tuple, names: frozenset[str]) -> None:
+        self.attributes = attributes
+        self.scope = scope
+        self.names = names
+        self.key: object = None
+        self.braces = ""
+        self.more: dict[object, str] | None = None
+
+    def labels(self) -> dict[str, str]:
+        return _labels(self.scope + tuple((self.attributes or {}).items()))
+
+    def get(self, key: object) -> str | None:
+        if key == self.key:
+            return self.braces
+        return self.more.get(key) if self.more else None
+
+    def put(self, key: object, braces: str) -> None:
+        if self.key is None:
+            self.key, self.braces = key, braces
+        else:
+            if self.more is None:
+                self.more = {}
+            self.more[key] = braces
+
+
+class TextWriter:
+    """Writes ``MetricsData`` as Prometheus text, as the OpenTelemetry Prometheus exporter would.
+
+    One writer per MeterProvider (its label strings are dropped with it).
+    ``scope_labels``/``target_info``: the exporter's ``scope_info_enabled`` and
+    the opposite of its ``disable_target_info``. Not thread-safe: one render at a time.
+    """
+
+    def __init__(self, *, scope_labels: bool = False, target_info: bool = True,
+                 max_label_sets: int = MAX_LABEL_SETS) -> None:
+        self._scope_labels = scope_labels
+        self._target_info = target_info
+        self._max = max_label_sets
+        self._target: str | None = None
+        self._entries: dict[object, _Entry] = {}
+        self._names: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self._keysets: dict[frozenset[str], frozenset[str]] = {}
+        self._scopes: dict[tuple[tuple[str, Any], ...], tuple[tuple[str, Any], ...]] = {}
+        self._metric_names: dict[tuple[str, str, str], tuple[str, str, str, str]] = {}
+        self._limited = LogLimiter(log, 300.0)
+
+    def write(self, data: MetricsData | None) -> bytes:
+        """The exposition of one collection (empty for none, as the exporter's)."""
+        if data is None:
+            return b""
+        families: dict[tuple[str, ...], _Family] = {}
+        out: list[str] = []
+        if self._target_info:
+            if self._target is None:
+                attributes: dict[str, Any] = {}
+                for rm in data.resource_metrics:
+                    attributes.update(rm.resource.attributes)
+                labels = _labels(attributes.items())
+                self._target = ("# HELP target_info Target metadata\n"
+                                "# TYPE target_info gauge\n"
+                                f"target_info{_braces(tuple(labels), labels.values())} 1.0\n")
+            out.append(self._target)
+        for rm in data.resource_metrics:
+            for sm in rm.scope_metrics:
+                scope = self._scope_pairs(sm.scope)
+                for metric in sm.metrics:
+                    self._metric(metric, scope, families)
+        series = 0
+        for family in families.values():
+            out.append(family.header)
+            out.extend(family.lines)
+            series += len(family.lines)
+        if len(self._entries) > 2 * series + 64:  # attribute sets no longer collected
+            self._entries.clear()
+            self._keysets.clear()
+        return "".join(out).encode("utf-8")
+
+    def _scope_pairs(self, scope: InstrumentationScope) -> tuple[tuple[str, Any], ...]:
+        if not self._scope_labels:
+            return ()
+        pairs = [("otel_scope_" + k, v) for k, v in (scope.attributes or {}).items()]
+        pairs += [("otel_scope_name", scope.name or ""),
+                  ("otel_scope_version", scope.version or ""),
+                  ("otel_scope_schema_url", scope.schema_url or "")]
+        key = tuple(pairs)
+        if len(self._scopes) > 256:
+            self._scopes.clear()
+            self._entries.clear()  # keyed by the ids of these
+        return self._scopes.setdefault(key, key)
+
+    def _names_of(self, metric: Metric) -> tuple[str, str, str, str]:
+        """(sanitised name, name of its header and samples, type, mapped unit) for a metric."""
+        key = (metric.name, metric.unit or "", type(metric.data).__name__)
+        found = self._metric_names.get(key)
+        if found is not None:
+            return found
+        name = raw = metric_name(metric.name)
+        unit = unit_suffix(metric.unit or "")
+        counter = isinstance(metric.data, Sum) and not (
+            not metric.data.is_monotonic
+            and metric.data.aggregation_temporality == AggregationTemporality.CUMULATIVE)
+        if counter and name.endswith("_total"):
+            name = name[:-6]
+        if unit and not name.endswith("_" + unit):
+            name += "_" + unit
+        kind = "counter" if counter else "gauge"
+        found = (raw, name + "_total" if counter else name, kind, unit)
+        self._metric_names[key] = found
+        return found
+
+    def _metric(self, metric: Metric, scope: tuple[tuple[str, Any], ...],
+                families: dict[tuple[str, ...], _Family]) -> None:
+        if not isinstance(metric.data, (Sum, Gauge)):
+            self._limited.log(("unsupported", metric.name), logging.WARNING,
+                              "metric %s: %s data is not written to /metrics", metric.name,
+                              type(metric.data).__name__)
+            return
+        raw, sample_name, kind, unit = self._names_of(metric)
+        description = metric.description or ""
+        points = metric.data.data_points
+        entries = self._entries
+        if len(entries) > self._max:
+            entries.clear()
+            self._keysets.clear()
+        scope_id = id(scope) if scope else None
+        found: list[_Entry] = []
+        keysets: set[frozenset[str]] = set()
+        for point in points:
+            attributes = point.attributes
+            key = id(attributes) if scope_id is None else (id(attributes), scope_id)
+            entry = entries.get(key)
+            if entry is None or entry.attributes is not attributes:
+                names = frozenset(_labels(scope + tuple((attributes or {}).items())))
+                names = self._keysets.setdefault(names, names)  # a few shapes, shared
+                entry = entries[key] = _Entry(attributes, scope, names)
+            found.append(entry)
+            keysets.add(entry.names)
+        names = self._intern(tuple(sorted(frozenset().union(*keysets))))
+        family_id = (raw, description, unit, kind)  # the exporter's family identity
+        family = families.get(family_id)
+        if family is None:
+            header = (f"# HELP {sample_name} {_escape_help(description)}\n"
+                      f"# TYPE {sample_name} {kind}\n")
+            family = families[family_id] = _Family(sample_name, header, names)
+        prefix = family.name
+        # a family another metric created keeps that metric's label names, paired in order
+        # with this metric's values (the exporter's own behaviour)
+        string_key: object = (id(names) if family.labelnames is names
+                              else (id(family.labelnames), id(names)))
+        lines = family.lines
+        for point, entry in zip(points, found, strict=True):
+            braces = entry.get(string_key)
+            if braces is None:
+                labels = entry.labels()
+                braces = _braces(family.labelnames, [labels.get(k, "") for k in names])
+                entry.put(string_key, braces)
+            lines.append(f"{prefix}{braces} {format_value(point.value)}\n")
+
+    def _intern(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        """The same tuple object for the same names, so that its id can key the strings."""
+        found = self._names.get(names)
+        if found is None:
+            if len(self._names) > 4096:
+                self._names.clear()
+                self._entries.clear()  # their strings are keyed by the ids of these
+            found = self._names[names] = names
+        return found

@@ -1,1 +1,0 @@
-"""Exporters: the Prometheus scrape endpoint (and OTLP push)."""

@@ -1,0 +1,1 @@
+"""Stage 4, instrument: the metric catalog as OpenTelemetry instruments."""

@@ -1,4 +1,0 @@
-"""What runs against the NVIDIA driver: the NVML wrapper, the value sources, the sampler.
-
-The simulator that can stand in for the driver lives in :mod:`otel_gpu.sim`.
-"""

@@ -1,0 +1,1 @@
+"""Stage 3, publish: the loop that samples, attributes and hands each snapshot on."""

@@ -1,0 +1,270 @@
+"""One device's batched field-value read: its fallbacks, and the NVLink link states in it.
+
+Every value NVML gives as a field id is read in one ``nvmlDeviceGetFieldValues``
+call per device. A field with a call of its own (its ``fallback``) leaves the batch
+on a device whose driver does not answer it, decided on the first answer; a driver
+refusing the whole call is asked once more without those. Where the driver answers
+the NVLink link states in the batch as the call per link does (compared once), they
+come in the same call too. Part of :class:`otel_gpu.sample.sampler.Sampler`, run on
+the device's worker thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from otel_gpu.sample.library import Nvml, Outcome, Result, classify, error_name
+from otel_gpu.sample.sources import (
+    ALL_LINKS,
+    LINK_COUNT,
+    NVLINK_ACTIVE,
+    NVLINK_LINKS,
+    NVLINK_STATE,
+    NVLINK_STATES,
+    NvLink,
+    Source,
+)
+from otel_gpu.sample.workers import DeviceWorker
+
+if TYPE_CHECKING:
+    from otel_gpu.sample.sampler import _Tracked
+
+log = logging.getLogger("otel_gpu.sample.sampler")
+
+_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+
+
+def _field_value(entry: Any) -> float | None:
+    kind = int(entry.valueType)
+    if 0 <= kind < len(_VALUE_MEMBERS):
+        return float(getattr(entry.value, _VALUE_MEMBERS[kind]))
+    return None
+
+
+class BatchReads:
+    """The sampler's batched reads; it provides the NVML door, the fields the catalog
+    needs, whether any is an NVLink one, and :meth:`_outcome`."""
+
+    _nvml: Nvml
+    _m: ModuleType
+    _fields: tuple[Source, ...]
+    _nvlink: bool
+
+    def _outcome(self, t: _Tracked, what: str, res: Result, unsupported: list[str]
+                 ) -> str | None:
+        raise NotImplementedError
+
+    def _read_fields(
+        self, t: _Tracked, values: dict[str, float], unsupported: list[str],
+        worker: DeviceWorker, retry: set[str],
+    ) -> str | None:
+        """The batched fields; the keys whose call must stand in this time go in ``retry``.
+
+        Where the driver answers the NVLink link states in the batch as the call per link
+        does (compared once, on the first read), they come in the same call: the NVLink
+        fields are then asked for the links active at the last read, and kept for the
+        links active now.
+        """
+        states = self._states_batched(t)
+        if states:
+            links = t.active_links
+        else:
+            links, failure = self._read_links(t, values, unsupported, worker)
+            if failure is not None:
+                return failure
+        check = states or self._states_checkable(t)
+        wanted = [s for s in self._fields if s.key not in t.unsupported
+                  and s.key not in t.unbatched
+                  and (s.nvlink is None or links)]  # no NVLink series without an active link
+        if not (wanted or check) or "fields" in t.unsupported:
+            return None
+        m = self._m
+        while True:
+            requests = self._requests(t, wanted, links)
+            if check:
+                requests += [(NVLINK_STATE, link) for link in range(t.link_count)]
+            worker.current = "field values"
+            res = self._nvml.call(m.nvmlDeviceGetFieldValues, t.handle,
+                                  [(src.field_id, scope) for src, scope in requests])
+            newer = [src.key for src in wanted if src.fallback is not None]
+            if res.ok or res.outcome is not Outcome.UNSUPPORTED or not (newer or check):
+                break
+            # A driver refusing the whole call may not know one of the newer ids: ask once
+            # more without the values that have a call of their own, which give them.
+            t.unbatched.update(newer)
+            retry.update(newer)
+            log.debug("%s: the batched call was refused (%s); asking again without %s, read "
+                      "with their own calls from now on", t.label(), error_name(res.code, m),
+                      ", ".join(newer + ([NVLINK_STATE.key] if check else [])))
+            if check:
+                t.states_batched = False
+            if states:
+                links, failure = self._read_links(t, values, unsupported, worker)
+                if failure is not None:
+                    return failure
+            check = states = False
+            wanted = [src for src in wanted if src.fallback is None
+                      and (src.nvlink is None or links)]
+            if not wanted:
+                return None
+        if not res.ok:
+            if res.outcome is Outcome.TRANSIENT:
+                retry.update(s.key for s in wanted if s.fallback is not None)
+                if states:  # the states then come from their own calls this time
+                    _, failure = self._read_links(t, values, unsupported, worker)
+                    if failure is not None:
+                        return failure
+            return self._outcome(t, "fields", res, unsupported)
+        answers: dict[str, dict[int, tuple[int, float | None]]] = {}
+        for (src, scope), entry in zip(requests, res.value, strict=False):
+            code = int(entry.nvmlReturn)
+            value = _field_value(entry) if code == m.NVML_SUCCESS else None
+            answers.setdefault(src.key, {})[scope] = (code, value)
+        if check:
+            links, failure = self._batched_links(
+                t, values, answers.pop(NVLINK_STATE.key, {}), links, states, unsupported, worker)
+            if failure is not None:
+                return failure
+        unbatched: list[str] = []
+        for src in wanted:
+            if src.nvlink is not None and not links:
+                continue  # no link is active now: no NVLink series
+            got = answers.get(src.key, {})
+            if src.nvlink is NvLink.LINKS:
+                code, value = self._link_sum(t, src, got, links)
+            else:
+                code, value = got.get(0, (m.NVML_SUCCESS, None))
+            if code == m.NVML_SUCCESS:
+                if value is not None:
+                    values[src.key] = value
+                continue
+            outcome = classify(code, m)
+            if src.fallback is not None and outcome is not Outcome.DEVICE_FAILED:
+                # Its plain call stands in: from now on where the driver lacks the field id,
+                # this sample only for another error.
+                retry.add(src.key)
+                if outcome is Outcome.UNSUPPORTED:
+                    t.unbatched.add(src.key)
+                    unbatched.append(f"{src.key} ({error_name(code, m)})")
+                continue
+            failure = self._outcome(
+                t, src.key, Result(None, outcome, code, error_name(code, m)), unsupported
+            )
+            if failure is not None:
+                return failure
+        if unbatched:
+            log.debug("%s: the driver does not answer %s in the batched call; read with "
+                      "their own calls from now on", t.label(), ", ".join(unbatched))
+        return None
+
+    @staticmethod
+    def _requests(t: _Tracked, wanted: list[Source], links: tuple[int, ...],
+                  ) -> list[tuple[Source, int]]:
+        """The (field, scope) pairs to ask for ``wanted``."""
+        requests: list[tuple[Source, int]] = []
+        for src in wanted:
+            if src.nvlink is NvLink.LINKS:
+                # Until the driver has shown whether it answers the all-links scope, ask
+                # for both in the same call.
+                total = t.link_totals.get(src.key)
+                if total is not False:
+                    requests.append((src, ALL_LINKS))
+                if total is not True:
+                    requests.extend((src, link) for link in links)
+            else:
+                requests.append((src, 0))
+        return requests
+
+    def _states_batched(self, t: _Tracked) -> bool:
+        """Whether this device's link states come in the batch (decided on its first read)."""
+        return (self._nvlink and t.states_batched is True and NVLINK_STATES.name not in
+                t.unsupported and "fields" not in t.unsupported)
+
+    def _states_checkable(self, t: _Tracked) -> bool:
+        """Whether to ask the batch for the link states too, to compare with the calls."""
+        return (self._nvlink and t.states_batched is None and t.link_count > 0
+                and NVLINK_STATES.name not in t.unsupported)
+
+    def _batched_links(
+        self, t: _Tracked, values: dict[str, float],
+        states: Mapping[int, tuple[int, float | None]], links: tuple[int, ...], batched: bool,
+        unsupported: list[str], worker: DeviceWorker,
+    ) -> tuple[tuple[int, ...], str | None]:
+        """The links active now, from the batch's state entries.
+
+        On the first read (``batched`` false) the calls per link have answered too: the
+        batch gives the states from then on only if it said the same. A state entry that
+        fails makes the calls answer this time, and for good where the driver lacks it.
+        """
+        m = self._m
+        answered = [states.get(link, (m.NVML_ERROR_NOT_SUPPORTED, None))
+                    for link in range(t.link_count)]
+        failed = [code for code, _ in answered if code != m.NVML_SUCCESS]
+        active = () if failed else tuple(
+            link for link, (_, value) in enumerate(answered)
+            if value == m.NVML_NVLINK_STATE_ACTIVE)
+        if not batched:
+            t.states_batched = not failed and active == links
+            if not t.states_batched:
+                log.debug("%s: the batched NVLink states do not match the calls per link "
+                          "(%s); asking each link from now on", t.label(),
+                          ", ".join(error_name(c, m) for c in failed) or "different states")
+            return links, None
+        if failed:
+            if any(classify(code, m) is Outcome.UNSUPPORTED for code in failed):
+                t.states_batched = False
+            return self._read_links(t, values, unsupported, worker)
+        t.active_links = active
+        if active:
+            values[NVLINK_LINKS.key] = len(active)
+            values[NVLINK_ACTIVE.key] = sum(1 << link for link in active)
+        return active, None
+
+    def _read_links(
+        self, t: _Tracked, values: dict[str, float], unsupported: list[str],
+        worker: DeviceWorker,
+    ) -> tuple[tuple[int, ...], str | None]:
+        """The device's active NVLink links, one call per link (none: no NVLink values)."""
+        if not self._nvlink or NVLINK_STATES.name in t.unsupported:
+            return (), None
+        worker.current = NVLINK_STATES.name
+        res = self._nvml.call(NVLINK_STATES.read, self._m, t.handle)
+        if not res.ok:
+            return (), self._outcome(t, NVLINK_STATES.name, res, unsupported)
+        answer = dict(res.value)
+        t.link_count = int(answer.pop(LINK_COUNT, 0))
+        values.update(answer)
+        mask = int(answer.get(NVLINK_ACTIVE.key, 0))
+        t.active_links = tuple(link for link in range(mask.bit_length()) if mask >> link & 1)
+        return t.active_links, None
+
+    def _link_sum(
+        self, t: _Tracked, src: Source, got: Mapping[int, tuple[int, float | None]],
+        links: tuple[int, ...],
+    ) -> tuple[int, float | None]:
+        """A links field's total: the all-links scope's answer, else the active links' sum.
+
+        A sum needs every active link's answer: a partial one would look like a counter
+        reset (a link that came up since the request was made is summed from the next
+        read on). The first answer decides which of the two is asked for from then on.
+        """
+        m = self._m
+        total = got.get(ALL_LINKS)
+        if total is not None and total[0] == m.NVML_SUCCESS:
+            t.link_totals[src.key] = True
+            return total
+        per_link = [got[link] for link in links if link in got]
+        if not per_link:  # the all-links scope answered before: ask for both again next time
+            t.link_totals.pop(src.key, None)
+            return m.NVML_SUCCESS, None
+        for code, _ in per_link:
+            if code != m.NVML_SUCCESS:
+                return code, None
+        if total is not None:
+            t.link_totals[src.key] = False
+        if len(per_link) < len(links):
+            return m.NVML_SUCCESS, None
+        return m.NVML_SUCCESS, sum(v for _, v in per_link if v is not None)

@@ -1,0 +1,472 @@
+"""Where each raw value comes from in NVML: the sources the catalog's metrics read.
+
+A :class:`Source` is one raw value, keyed by a short string in
+:attr:`otel_gpu.snapshot.DeviceSample.values`. It is read either as one
+entry of the batched ``nvmlDeviceGetFieldValues`` call (``field_id``), by a
+:class:`Reader`: one plain NVML call returning one or more keys, or computed
+by GPM profiling from two samples (``gpm``, see :mod:`otel_gpu.sample.gpm`). The catalog
+refers to sources (and through them to readers) by object, so a new metric
+is one catalog entry plus, where NVML needs a new call, one reader here.
+
+Every value NVML also offers as a field id is read in the batched call: it costs
+no call of its own. Such a field keeps the plain call it replaced as its
+``fallback``, read instead on a device whose driver does not answer the field
+(older drivers lack the newer ids), so no value is lost on them.
+
+This is the only module besides :mod:`otel_gpu.sample.sampler` and
+:mod:`otel_gpu.sample.library` that knows pynvml; the catalog and the stages
+above it stay free of the driver binding.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import pynvml
+
+ReadFunc = Callable[[ModuleType, Any], Mapping[str, float]]
+"""``(pynvml module, device handle) -> {source key: raw value}``; may raise NVMLError."""
+
+
+@dataclass(frozen=True, eq=False)
+class Reader:
+    """One NVML call per device per sample; every source naming it shares the call.
+
+    ``name`` is what the logs say when the device cannot answer it (the sampler
+    then stops asking). Readers compare by identity. ``static``: the answer cannot
+    change while the driver is loaded (maximum clocks, the power limit range), so it
+    is read once per device and reused. ``fallback_for``: source keys this reader
+    stands in for; it is read only on a device that cannot give one of them (in the
+    batch, or at all), and for one sample when the batch answered one with an error.
+    ``changes_with``: batched field keys without whose change the answer cannot change;
+    it is read again only when one of them moves or is missing (and at least once per
+    rediscovery period), the last answer reused otherwise.
+    """
+
+    name: str
+    read: ReadFunc
+    static: bool = False
+    fallback_for: tuple[str, ...] = ()
+    changes_with: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        return f"Reader({self.name!r})"
+
+
+@dataclass(frozen=True)
+class Source:
+    """One raw NVML value: a batched field (``field_id``), a key of ``reader``'s answer,
+    or GPM metrics (``gpm``: their ids; several are averaged, e.g. one per NVDEC engine)."""
+
+    key: str
+    nvml: str
+    """Human-readable NVML origin, for the docs."""
+    unit: str
+    """NVML's own unit for the raw value."""
+    field_id: int | None = None
+    reader: Reader | None = None
+    gpm: tuple[int, ...] = ()
+    nvlink: NvLink | None = None
+    """An NVLink field: read only on a GPU with an active NVLink link (see :class:`NvLink`)."""
+    fallback: Reader | None = None
+    """A field's plain call, read on a device whose driver does not answer the field."""
+
+    def __post_init__(self) -> None:
+        if (self.field_id is not None) + (self.reader is not None) + bool(self.gpm) != 1:
+            raise ValueError(f"source {self.key!r} needs exactly one of field_id, reader and gpm")
+        if self.nvlink is not None and self.field_id is None:
+            raise ValueError(f"source {self.key!r}: only a field can be an NVLink field")
+        if self.fallback is not None and (
+                self.field_id is None or self.key not in self.fallback.fallback_for):
+            raise ValueError(f"source {self.key!r}: a fallback is a field's, and stands in "
+                             "for its key")
+
+
+class NvLink(enum.Enum):
+    """How an NVLink field's scope is used. Either is read only while the GPU has an
+    active link (``nvmlDeviceGetNvLinkState``), so a GPU without NVLink has no series."""
+
+    GPU = "gpu"
+    """A total the driver keeps for the whole GPU; the scope is not used."""
+    LINKS = "links"
+    """The scope is a link id: asked for every link at once (scope ``UINT_MAX``) and,
+    where the driver does not answer that, summed over the active links."""
+
+
+ALL_LINKS = 0xFFFFFFFF
+"""The field scope asking for the total over every link (``UINT_MAX`` in nvml.h)."""
+
+
+# --- readers: one NVML call each ------------------------------------------------
+
+
+def _older_driver(m: ModuleType, exc: Exception) -> bool:
+    """Whether a newer NVML entry point is missing, so its older form should be used."""
+    return getattr(exc, "value", None) in (
+        m.NVML_ERROR_FUNCTION_NOT_FOUND, m.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+    )
+
+
+def _memory(m: ModuleType, handle: Any) -> dict[str, float]:
+    try:
+        mem = m.nvmlDeviceGetMemoryInfo(handle, version=m.nvmlMemory_v2)
+        reserved: float | None = mem.reserved
+    except m.NVMLError as exc:  # drivers before R510 have only the v1 call
+        if not _older_driver(m, exc):
+            raise
+        mem = m.nvmlDeviceGetMemoryInfo(handle)
+        reserved = None
+    out = {"memory.total": mem.total, "memory.used": mem.used, "memory.free": mem.free}
+    if reserved is not None:
+        out["memory.reserved"] = reserved
+    return out
+
+
+def _temperature(m: ModuleType, handle: Any) -> dict[str, float]:
+    try:
+        value = m.nvmlDeviceGetTemperatureV(handle, m.NVML_TEMPERATURE_GPU)
+    except m.NVMLError as exc:  # the versioned call arrived with R535
+        if not _older_driver(m, exc):
+            raise
+        value = m.nvmlDeviceGetTemperature(handle, m.NVML_TEMPERATURE_GPU)
+    return {"temp.gpu": value}
+
+
+def _utilization(m: ModuleType, handle: Any) -> dict[str, float]:
+    util = m.nvmlDeviceGetUtilizationRates(handle)
+    return {"util.gpu": util.gpu, "util.memory": util.memory}
+
+
+def _clock(domain: str, clock_type: str) -> Reader:
+    def read(m: ModuleType, handle: Any) -> dict[str, float]:
+        return {f"clock.{domain}": m.nvmlDeviceGetClockInfo(handle, getattr(m, clock_type))}
+
+    return Reader(f"clock.{domain}", read)
+
+
+MEMORY = Reader("memory", _memory)
+UTILIZATION = Reader("utilization", _utilization)
+ENCODER = Reader("encoder", lambda m, h: {"util.encoder": m.nvmlDeviceGetEncoderUtilization(h)[0]})
+DECODER = Reader("decoder", lambda m, h: {"util.decoder": m.nvmlDeviceGetDecoderUtilization(h)[0]})
+TEMPERATURE = Reader("temperature", _temperature)
+POWER_USAGE = Reader("power", lambda m, h: {"power": m.nvmlDeviceGetPowerUsage(h)},
+                     fallback_for=("power",))
+CLOCK_GRAPHICS_INFO = _clock("graphics", "NVML_CLOCK_GRAPHICS")
+CLOCK_SM_INFO = _clock("sm", "NVML_CLOCK_SM")
+CLOCK_MEM_INFO = _clock("memory", "NVML_CLOCK_MEM")
+CLOCK_EVENT_REASONS = Reader(
+    "clock_reasons", lambda m, h: {"clock.reasons": m.nvmlDeviceGetCurrentClocksEventReasons(h)}
+)
+FAN_SPEED = Reader("fan", lambda m, h: {"fan": m.nvmlDeviceGetFanSpeed(h)})
+COMPUTE_PROCESSES = Reader(
+    "processes", lambda m, h: {"processes": len(m.nvmlDeviceGetComputeRunningProcesses(h))}
+)
+
+
+def _max_clock(domain: str, clock_type: str) -> Reader:
+    def read(m: ModuleType, handle: Any) -> dict[str, float]:
+        return {f"clock.max.{domain}": m.nvmlDeviceGetMaxClockInfo(handle, getattr(m, clock_type))}
+
+    return Reader(f"clock.max.{domain}", read, static=True)
+
+
+def _call(name: str, key: str, function: str, *, static: bool = False,
+          fallback: bool = False) -> Reader:
+    """A reader of one NVML function taking only the handle and returning one number;
+    ``fallback``: it stands in for the field giving ``key``."""
+    return Reader(name, lambda m, h: {key: getattr(m, function)(h)}, static=static,
+                  fallback_for=(key,) if fallback else ())
+
+
+def _power_range(m: ModuleType, handle: Any) -> dict[str, float]:
+    low, high = m.nvmlDeviceGetPowerManagementLimitConstraints(handle)
+    return {"power.limit.min": low, "power.limit.max": high}
+
+
+def _performance_state(m: ModuleType, handle: Any) -> dict[str, float]:
+    state = m.nvmlDeviceGetPerformanceState(handle)
+    return {} if state == m.NVML_PSTATE_UNKNOWN else {"pstate": state}
+
+
+def _violation(policy: str, constant: str) -> Reader:
+    def read(m: ModuleType, handle: Any) -> dict[str, float]:
+        status = m.nvmlDeviceGetViolationStatus(handle, getattr(m, constant))
+        return {f"violation.{policy}": status.violationTime}
+
+    return Reader(f"violation.{policy}", read, fallback_for=(f"violation.{policy}",))
+
+
+def _pcie_throughput(m: ModuleType, handle: Any) -> dict[str, float]:
+    return {
+        "pcie.throughput.tx": m.nvmlDeviceGetPcieThroughput(handle, m.NVML_PCIE_UTIL_TX_BYTES),
+        "pcie.throughput.rx": m.nvmlDeviceGetPcieThroughput(handle, m.NVML_PCIE_UTIL_RX_BYTES),
+    }
+
+
+ROW_REMAP_AVAILABILITY = ("max", "high", "partial", "low", "none")
+"""The buckets of ``nvmlDeviceGetRowRemapperHistogram``: memory banks by spare rows left."""
+
+
+def _row_remap_histogram(m: ModuleType, handle: Any) -> dict[str, float]:
+    histogram = m.nvmlDeviceGetRowRemapperHistogram(handle)
+    return {f"remap.banks.{name}": getattr(histogram, name) for name in ROW_REMAP_AVAILABILITY}
+
+
+LINK_COUNT = "nvlink.count"
+"""The link state reader's key for the number of links the GPU has (the sampler's own)."""
+
+
+def _nvlink_states(m: ModuleType, handle: Any) -> dict[str, float]:
+    """Links up, and which (nothing when no link is active: no NVLink series then), and
+    how many links the GPU has (``LINK_COUNT``)."""
+    active = count = 0
+    for link in range(m.NVML_NVLINK_MAX_LINKS):
+        try:
+            state = m.nvmlDeviceGetNvLinkState(handle, link)
+        except m.NVMLError as exc:
+            past_the_last = (m.NVML_ERROR_INVALID_ARGUMENT, m.NVML_ERROR_NOT_SUPPORTED)
+            if link and getattr(exc, "value", None) in past_the_last:
+                break
+            raise  # on link 0: this GPU has no NVLink
+        count = link + 1
+        if state == m.NVML_FEATURE_ENABLED:
+            active |= 1 << link
+    if not active:
+        return {LINK_COUNT: count}
+    return {LINK_COUNT: count, "nvlink.links": bin(active).count("1"), "nvlink.active": active}
+
+
+CLOCK_VIDEO_INFO = _clock("video", "NVML_CLOCK_VIDEO")
+CLOCK_MAX_GRAPHICS_INFO = _max_clock("graphics", "NVML_CLOCK_GRAPHICS")
+CLOCK_MAX_SM_INFO = _max_clock("sm", "NVML_CLOCK_SM")
+CLOCK_MAX_MEM_INFO = _max_clock("memory", "NVML_CLOCK_MEM")
+CLOCK_MAX_VIDEO_INFO = _max_clock("video", "NVML_CLOCK_VIDEO")
+POWER_LIMIT_INFO = _call("power_limit", "power.limit.current",
+                         "nvmlDeviceGetPowerManagementLimit", fallback=True)
+ENFORCED_POWER_LIMIT_INFO = _call("power_limit.enforced", "power.limit.enforced",
+                                  "nvmlDeviceGetEnforcedPowerLimit", fallback=True)
+DEFAULT_POWER_LIMIT_INFO = _call("power_limit.default", "power.limit.default",
+                                 "nvmlDeviceGetPowerManagementDefaultLimit", static=True,
+                                 fallback=True)
+POWER_LIMIT_CONSTRAINTS = Reader("power_limit.range", _power_range, static=True,
+                                 fallback_for=("power.limit.min", "power.limit.max"))
+PERFORMANCE_STATE = Reader("pstate", _performance_state)
+PCIE_GEN_INFO = _call("pcie.link.gen", "pcie.link.gen", "nvmlDeviceGetCurrPcieLinkGeneration")
+PCIE_GEN_MAX_INFO = _call("pcie.link.gen.max", "pcie.link.gen.max",
+                          "nvmlDeviceGetMaxPcieLinkGeneration", static=True)
+PCIE_WIDTH_INFO = _call("pcie.link.width", "pcie.link.width", "nvmlDeviceGetCurrPcieLinkWidth")
+PCIE_WIDTH_MAX_INFO = _call("pcie.link.width.max", "pcie.link.width.max",
+                            "nvmlDeviceGetMaxPcieLinkWidth", static=True)
+# A bank's spare rows are used up only by a row remapping, which moves the remapped-row
+# counts, the pending flag (when the reset applies it) or the failure flag.
+ROW_REMAP_HISTOGRAM = Reader("row_remap_histogram", _row_remap_histogram,
+                             changes_with=("remap.corrected", "remap.uncorrected",
+                                           "remap.pending", "remap.failure"))
+NVLINK_STATES = Reader("nvlink", _nvlink_states)
+"""Read before the batched fields: the NVLink fields need the active links. Where the
+driver answers :data:`NVLINK_STATE` the same, the batch gives the states instead."""
+
+
+def _field(key: str, name: str, unit: str, nvlink: NvLink | None = None, *,
+           fallback: Reader | None = None, plain: str = "") -> Source:
+    """A batched field; ``fallback`` / ``plain``: the call (and its doc) giving the same
+    value, in the same unit, on a driver that does not answer the field."""
+    field_id = getattr(pynvml, "NVML_FI_DEV_" + name)
+    doc = f"field NVML_FI_DEV_{name}"
+    if nvlink is NvLink.LINKS:
+        doc += " at scope UINT_MAX (all links), else summed over the active links"
+    if fallback is not None:
+        doc += f" (older drivers: {plain})"
+    return Source(key, doc, unit, field_id=field_id, nvlink=nvlink, fallback=fallback)
+
+
+# --- sources ------------------------------------------------------------------------
+
+NVLINK_STATE = Source("nvlink.state", "field NVML_FI_DEV_NVLINK_GET_STATE at scope LINK", "1",
+                      field_id=pynvml.NVML_FI_DEV_NVLINK_GET_STATE)
+"""A link's state in the batch (``NVML_NVLINK_STATE_ACTIVE``: up), one entry per link: the
+sampler's stand-in for :data:`NVLINK_STATES`' one call per link, not a catalog source."""
+
+MEM_TOTAL = Source("memory.total", "nvmlDeviceGetMemoryInfo_v2 .total", "By", reader=MEMORY)
+MEM_USED = Source("memory.used", "nvmlDeviceGetMemoryInfo_v2 .used", "By", reader=MEMORY)
+MEM_FREE = Source("memory.free", "nvmlDeviceGetMemoryInfo_v2 .free", "By", reader=MEMORY)
+MEM_RESERVED = Source(
+    "memory.reserved", "nvmlDeviceGetMemoryInfo_v2 .reserved", "By", reader=MEMORY
+)
+UTIL_GPU = Source("util.gpu", "nvmlDeviceGetUtilizationRates .gpu", "%", reader=UTILIZATION)
+UTIL_MEM = Source(
+    "util.memory", "nvmlDeviceGetUtilizationRates .memory", "%", reader=UTILIZATION
+)
+UTIL_ENC = Source("util.encoder", "nvmlDeviceGetEncoderUtilization", "%", reader=ENCODER)
+UTIL_DEC = Source("util.decoder", "nvmlDeviceGetDecoderUtilization", "%", reader=DECODER)
+TEMP_GPU = Source("temp.gpu", "nvmlDeviceGetTemperatureV(GPU)", "Cel", reader=TEMPERATURE)
+# nvmlDeviceGetPowerUsage gives the 1 s average where the driver has one (Ampere but GA100,
+# and newer), which is exactly what this field gives; elsewhere the field is missing and the
+# call (then instantaneous) is read, as before. Both in mW, scope 0: the GPU alone.
+POWER = _field("power", "POWER_AVERAGE", "mW", fallback=POWER_USAGE,
+               plain="nvmlDeviceGetPowerUsage")
+CLOCK_GRAPHICS = Source(
+    "clock.graphics", "nvmlDeviceGetClockInfo(GRAPHICS)", "MHz", reader=CLOCK_GRAPHICS_INFO
+)
+CLOCK_SM = Source("clock.sm", "nvmlDeviceGetClockInfo(SM)", "MHz", reader=CLOCK_SM_INFO)
+CLOCK_MEM = Source("clock.memory", "nvmlDeviceGetClockInfo(MEM)", "MHz", reader=CLOCK_MEM_INFO)
+CLOCK_REASONS = Source(
+    "clock.reasons", "nvmlDeviceGetCurrentClocksEventReasons", "bitmask",
+    reader=CLOCK_EVENT_REASONS,
+)
+FAN = Source("fan", "nvmlDeviceGetFanSpeed", "%", reader=FAN_SPEED)
+PROCESSES = Source(
+    "processes", "nvmlDeviceGetComputeRunningProcesses (count)", "{process}",
+    reader=COMPUTE_PROCESSES,
+)
+ENERGY = _field("energy", "TOTAL_ENERGY_CONSUMPTION", "mJ")
+TEMP_MEM = _field("temp.memory", "MEMORY_TEMP", "Cel")
+PCIE_TX = _field("pcie.tx", "PCIE_COUNT_TX_BYTES", "By")
+PCIE_RX = _field("pcie.rx", "PCIE_COUNT_RX_BYTES", "By")
+PCIE_REPLAY = _field("pcie.replay", "PCIE_REPLAY_COUNTER", "{replay}")
+# The scope of these fields is a link id (scope 0 is link 0 only, not the total): the
+# GPU's total is asked for with scope UINT_MAX, or summed over its active links.
+NVLINK_TX = _field("nvlink.tx", "NVLINK_THROUGHPUT_DATA_TX", "KiB", NvLink.LINKS)
+NVLINK_RX = _field("nvlink.rx", "NVLINK_THROUGHPUT_DATA_RX", "KiB", NvLink.LINKS)
+ECC_CORRECTED = _field("ecc.corrected", "ECC_SBE_VOL_TOTAL", "{error}")
+ECC_UNCORRECTED = _field("ecc.uncorrected", "ECC_DBE_VOL_TOTAL", "{error}")
+REMAP_COR = _field("remap.corrected", "REMAPPED_COR", "{row}")
+REMAP_UNC = _field("remap.uncorrected", "REMAPPED_UNC", "{row}")
+REMAP_PENDING = _field("remap.pending", "REMAPPED_PENDING", "1")
+REMAP_FAILURE = _field("remap.failure", "REMAPPED_FAILURE", "1")
+ECC_CORRECTED_AGGREGATE = _field("ecc.corrected.aggregate", "ECC_SBE_AGG_TOTAL", "{error}")
+ECC_UNCORRECTED_AGGREGATE = _field("ecc.uncorrected.aggregate", "ECC_DBE_AGG_TOTAL", "{error}")
+RETIRED_SBE = _field("retired.sbe", "RETIRED_SBE", "{page}")
+RETIRED_DBE = _field("retired.dbe", "RETIRED_DBE", "{page}")
+RETIRED_PENDING = _field("retired.pending", "RETIRED_PENDING", "1")
+_STATES_DOC = ("nvmlDeviceGetNvLinkState per link, or field NVML_FI_DEV_NVLINK_GET_STATE per "
+               "link where the driver answers it the same")
+NVLINK_LINKS = Source("nvlink.links", f"{_STATES_DOC} (links active)", "{link}",
+                      reader=NVLINK_STATES)
+NVLINK_ACTIVE = Source("nvlink.active", f"{_STATES_DOC} (bitmask of active links)",
+                       "bitmask", reader=NVLINK_STATES)
+NVLINK_ERRORS: tuple[tuple[str, Source], ...] = tuple(
+    (kind, _field(f"nvlink.errors.{kind}", f"NVLINK_{name}_ERROR_COUNT_TOTAL", "{error}",
+                  NvLink.GPU))
+    for kind, name in (("crc_flit", "CRC_FLIT"), ("crc_data", "CRC_DATA"), ("replay", "REPLAY"),
+                       ("recovery", "RECOVERY"))
+)
+"""``error.type`` value -> the GPU's total of that NVLink error counter over its links."""
+CLOCK_VIDEO = Source("clock.video", "nvmlDeviceGetClockInfo(VIDEO)", "MHz",
+                     reader=CLOCK_VIDEO_INFO)
+CLOCK_MAX_GRAPHICS = Source("clock.max.graphics", "nvmlDeviceGetMaxClockInfo(GRAPHICS)", "MHz",
+                            reader=CLOCK_MAX_GRAPHICS_INFO)
+CLOCK_MAX_SM = Source("clock.max.sm", "nvmlDeviceGetMaxClockInfo(SM)", "MHz",
+                      reader=CLOCK_MAX_SM_INFO)
+CLOCK_MAX_MEM = Source("clock.max.memory", "nvmlDeviceGetMaxClockInfo(MEM)", "MHz",
+                       reader=CLOCK_MAX_MEM_INFO)
+CLOCK_MAX_VIDEO = Source("clock.max.video", "nvmlDeviceGetMaxClockInfo(VIDEO)", "MHz",
+                         reader=CLOCK_MAX_VIDEO_INFO)
+# The power limit fields are in mW, as the calls are. The limit set through NVML (or any
+# other client) is the requested one; the enforced one is what the driver calls current.
+POWER_LIMIT = _field("power.limit.current", "POWER_REQUESTED_LIMIT", "mW",
+                     fallback=POWER_LIMIT_INFO, plain="nvmlDeviceGetPowerManagementLimit")
+POWER_LIMIT_ENFORCED = _field("power.limit.enforced", "POWER_CURRENT_LIMIT", "mW",
+                              fallback=ENFORCED_POWER_LIMIT_INFO,
+                              plain="nvmlDeviceGetEnforcedPowerLimit")
+POWER_LIMIT_DEFAULT = _field("power.limit.default", "POWER_DEFAULT_LIMIT", "mW",
+                             fallback=DEFAULT_POWER_LIMIT_INFO,
+                             plain="nvmlDeviceGetPowerManagementDefaultLimit")
+POWER_LIMIT_MIN = _field("power.limit.min", "POWER_MIN_LIMIT", "mW",
+                         fallback=POWER_LIMIT_CONSTRAINTS,
+                         plain="nvmlDeviceGetPowerManagementLimitConstraints .min")
+POWER_LIMIT_MAX = _field("power.limit.max", "POWER_MAX_LIMIT", "mW",
+                         fallback=POWER_LIMIT_CONSTRAINTS,
+                         plain="nvmlDeviceGetPowerManagementLimitConstraints .max")
+PSTATE = Source("pstate", "nvmlDeviceGetPerformanceState (omitted when unknown)", "1",
+                reader=PERFORMANCE_STATE)
+PCIE_GEN = Source("pcie.link.gen", "nvmlDeviceGetCurrPcieLinkGeneration", "1",
+                  reader=PCIE_GEN_INFO)
+PCIE_GEN_MAX = Source("pcie.link.gen.max", "nvmlDeviceGetMaxPcieLinkGeneration", "1",
+                      reader=PCIE_GEN_MAX_INFO)
+PCIE_WIDTH = Source("pcie.link.width", "nvmlDeviceGetCurrPcieLinkWidth", "{lane}",
+                    reader=PCIE_WIDTH_INFO)
+PCIE_WIDTH_MAX = Source("pcie.link.width.max", "nvmlDeviceGetMaxPcieLinkWidth", "{lane}",
+                        reader=PCIE_WIDTH_MAX_INFO)
+# nvmlDeviceGetPcieThroughput samples a byte counter for 20 ms per call: read only where the
+# batched PCIe byte counters are missing.
+PCIE_THROUGHPUT = Reader("pcie_throughput", _pcie_throughput,
+                         fallback_for=(PCIE_TX.key, PCIE_RX.key))
+PCIE_THROUGHPUT_TX = Source("pcie.throughput.tx", "nvmlDeviceGetPcieThroughput(TX_BYTES)", "KB/s",
+                            reader=PCIE_THROUGHPUT)
+PCIE_THROUGHPUT_RX = Source("pcie.throughput.rx", "nvmlDeviceGetPcieThroughput(RX_BYTES)", "KB/s",
+                            reader=PCIE_THROUGHPUT)
+# The perf-policy counters are the same nanoseconds as the call's .violationTime (the
+# clocks-event-reason counters, which NVML defines as aliases of two of them, are in ns).
+VIOLATIONS: tuple[tuple[str, Source], ...] = tuple(
+    (policy, _field(f"violation.{policy}", f"PERF_POLICY_{constant}", "ns",
+                    fallback=_violation(policy, f"NVML_PERF_POLICY_{constant}"),
+                    plain=f"nvmlDeviceGetViolationStatus(NVML_PERF_POLICY_{constant}) "
+                          ".violationTime"))
+    for policy, constant in (("power", "POWER"), ("thermal", "THERMAL"),
+                             ("sync_boost", "SYNC_BOOST"), ("board_limit", "BOARD_LIMIT"),
+                             ("low_utilization", "LOW_UTILIZATION"),
+                             ("reliability", "RELIABILITY"))
+)
+"""``nvidia.gpu.throttle.reason`` value -> time the clocks were held down by that policy."""
+ROW_REMAP_BANKS: tuple[tuple[str, Source], ...] = tuple(
+    (name, Source(f"remap.banks.{name}", f"nvmlDeviceGetRowRemapperHistogram .{name}", "{bank}",
+                  reader=ROW_REMAP_HISTOGRAM))
+    for name in ROW_REMAP_AVAILABILITY
+)
+"""``nvidia.gpu.row_remap.availability`` value -> memory banks with that many spare rows."""
+
+
+def _gpm(key: str, unit: str, dcgm: str, *names: str) -> Source:
+    """A GPM metric computed from two samples; several names are averaged (one per engine)."""
+    ids = tuple(getattr(pynvml, "NVML_GPM_METRIC_" + name) for name in names)
+    what = names[0] if len(names) == 1 else f"mean of {names[0]} .. {names[-1]}"
+    return Source(key, f"GPM {what} (DCGM: {dcgm})", unit, gpm=ids)
+
+
+# Profiling (Hopper and newer), per GPU and per MIG GPU instance: see otel_gpu.sample.gpm.
+GPM_GRAPHICS = _gpm("gpm.graphics_active", "%", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "GRAPHICS_UTIL")
+GPM_SM_ACTIVE = _gpm("gpm.sm_active", "%", "DCGM_FI_PROF_SM_ACTIVE", "SM_UTIL")
+GPM_SM_OCCUPANCY = _gpm("gpm.sm_occupancy", "%", "DCGM_FI_PROF_SM_OCCUPANCY", "SM_OCCUPANCY")
+GPM_TENSOR = _gpm("gpm.tensor_active", "%", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "ANY_TENSOR_UTIL")
+GPM_TENSOR_HMMA = _gpm("gpm.tensor_hmma_active", "%", "DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE",
+                       "HMMA_TENSOR_UTIL")
+GPM_TENSOR_IMMA = _gpm("gpm.tensor_imma_active", "%", "DCGM_FI_PROF_PIPE_TENSOR_IMMA_ACTIVE",
+                       "IMMA_TENSOR_UTIL")
+GPM_TENSOR_DFMA = _gpm("gpm.tensor_dfma_active", "%", "DCGM_FI_PROF_PIPE_TENSOR_DFMA_ACTIVE",
+                       "DFMA_TENSOR_UTIL")
+GPM_TENSOR_DMMA = _gpm("gpm.tensor_dmma_active", "%", "none", "DMMA_TENSOR_UTIL")
+GPM_FP64 = _gpm("gpm.fp64_active", "%", "DCGM_FI_PROF_PIPE_FP64_ACTIVE", "FP64_UTIL")
+GPM_FP32 = _gpm("gpm.fp32_active", "%", "DCGM_FI_PROF_PIPE_FP32_ACTIVE", "FP32_UTIL")
+GPM_FP16 = _gpm("gpm.fp16_active", "%", "DCGM_FI_PROF_PIPE_FP16_ACTIVE", "FP16_UTIL")
+GPM_INTEGER = _gpm("gpm.integer_active", "%", "DCGM_FI_PROF_PIPE_INT_ACTIVE", "INTEGER_UTIL")
+GPM_DRAM = _gpm("gpm.dram_active", "%", "DCGM_FI_PROF_DRAM_ACTIVE", "DRAM_BW_UTIL")
+GPM_PCIE_TX = _gpm("gpm.pcie_tx", "MiB/s", "DCGM_FI_PROF_PCIE_TX_BYTES", "PCIE_TX_PER_SEC")
+GPM_PCIE_RX = _gpm("gpm.pcie_rx", "MiB/s", "DCGM_FI_PROF_PCIE_RX_BYTES", "PCIE_RX_PER_SEC")
+GPM_NVLINK_TX = _gpm("gpm.nvlink_tx", "MiB/s", "DCGM_FI_PROF_NVLINK_TX_BYTES",
+                     "NVLINK_TOTAL_TX_PER_SEC")
+GPM_NVLINK_RX = _gpm("gpm.nvlink_rx", "MiB/s", "DCGM_FI_PROF_NVLINK_RX_BYTES",
+                     "NVLINK_TOTAL_RX_PER_SEC")
+GPM_NVDEC = _gpm("gpm.nvdec_active", "%", "mean of DCGM_FI_PROF_NVDEC0_ACTIVE .. 7",
+                 *(f"NVDEC_{i}_UTIL" for i in range(8)))
+GPM_NVJPG = _gpm("gpm.nvjpg_active", "%", "mean of DCGM_FI_PROF_NVJPG0_ACTIVE .. 7",
+                 *(f"NVJPG_{i}_UTIL" for i in range(8)))
+GPM_NVOFA = _gpm("gpm.nvofa_active", "%", "mean of DCGM_FI_PROF_NVOFA0_ACTIVE .. 1",
+                 "NVOFA_0_UTIL", "NVOFA_1_UTIL")
+
+THROTTLE_REASONS: tuple[tuple[str, int], ...] = (
+    ("gpu_idle", pynvml.nvmlClocksEventReasonGpuIdle),
+    ("applications_clocks_setting", pynvml.nvmlClocksEventReasonApplicationsClocksSetting),
+    ("sw_power_cap", pynvml.nvmlClocksEventReasonSwPowerCap),
+    ("hw_slowdown", pynvml.nvmlClocksEventReasonHwSlowdown),
+    ("sync_boost", pynvml.nvmlClocksEventReasonSyncBoost),
+    ("sw_thermal_slowdown", pynvml.nvmlClocksEventReasonSwThermalSlowdown),
+    ("hw_thermal_slowdown", pynvml.nvmlClocksEventReasonHwThermalSlowdown),
+    ("hw_power_brake_slowdown", pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown),
+    ("display_clock_setting", pynvml.nvmlClocksEventReasonDisplayClockSetting),
+)
+"""``nvidia.gpu.throttle.reason`` value -> bit of the clock event reasons mask."""

@@ -1,0 +1,326 @@
+"""Wiring: builds the pipeline's stages from the configuration and starts them.
+
+sample (:mod:`otel_gpu.sample.sampler`) -> attribute (:mod:`otel_gpu.attribute.k8s.enrich`)
+-> publish (:mod:`otel_gpu.publish.pipeline`) -> instrument (:mod:`otel_gpu.instrument.telemetry`)
+-> export (:mod:`otel_gpu.export`). :class:`Service` owns the long-lived
+pieces, so the CLI and the in-process tests start and stop exactly the same
+thing; :func:`sample_once` is the same pipeline run once, for ``check``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from opentelemetry.sdk.metrics.export import MetricReader
+
+from otel_gpu.config import Config
+from otel_gpu.errors import SetupError
+from otel_gpu.export import naming, otlp
+from otel_gpu.export.collected import CollectingReader
+from otel_gpu.export.events import EventDetector
+from otel_gpu.export.prometheus import MetricsServer, RenderCache, new_reader
+from otel_gpu.export.webconfig import load_web_config
+from otel_gpu.instrument.catalog import CATALOG, all_sources
+from otel_gpu.instrument.telemetry import Telemetry, build_resource
+from otel_gpu.publish.pipeline import Pipeline
+from otel_gpu.sample.library import Nvml
+from otel_gpu.sample.sampler import Sampler
+from otel_gpu.snapshot import Snapshot
+
+if TYPE_CHECKING:  # gRPC is imported only once a kubelet socket exists
+    from otel_gpu.attribute.hpc.enrich import JobEnricher
+    from otel_gpu.attribute.k8s.enrich import PodEnricher
+    from otel_gpu.attribute.k8s.podresources import PodResourcesWatcher
+    from otel_gpu.export.otlp_logs import EventLog  # the SDK's logs: with OTLP only
+
+log = logging.getLogger(__name__)
+
+CHECK_READ_TIMEOUT_S = 5.0
+
+
+def read_timeout(interval: float) -> float:
+    """How long a sample waits for each GPU before calling it hung: half the interval, 1-10 s."""
+    return min(max(interval / 2, 1.0), 10.0)
+
+
+def render_max_age(interval: float) -> float:
+    """How old a rendered body may get before a scrape renders again: a sample's interval
+    and its read deadline, so that a sampler on time always publishes first."""
+    return interval + read_timeout(interval)
+
+
+def open_nvml(simulate: str | None) -> Nvml:
+    """The real driver, or the fake one behind pynvml for ``--simulate``.
+
+    Raises ``ScenarioError`` for a bad scenario; initialisation (and its
+    ``NvmlUnavailable``) is left to the caller.
+    """
+    if simulate:
+        from otel_gpu import sim
+
+        scenario = sim.load_scenario(simulate)
+        sim.install(sim.FakeNvml(scenario))
+        log.info("simulating NVML with scenario %s", scenario.name)
+    return Nvml()
+
+
+def process_usage(config: Config) -> bool:
+    """Whether NVML's per-process lists are read: asked for. They are joined to pods with
+    pod attribution on, and name each process's Slurm job with or without it."""
+    if config.process_usage and not config.pod_attribution:
+        log.info("process_usage with pod_attribution off: GPU processes are read for their "
+                 "Slurm jobs and counts; per-pod usage is not reported")
+    return config.process_usage
+
+
+def job_enricher(config: Config) -> JobEnricher | None:
+    """The HPC job stage (mapping directory, Slurm cgroups); None when neither is on."""
+    from otel_gpu.attribute.hpc.enrich import job_enricher as build
+
+    return build(config.hpc_job_mapping_dir, config.proc_root, processes=config.process_usage)
+
+
+def chain(
+    *stages: Callable[[Snapshot], Snapshot] | None,
+) -> Callable[[Snapshot], Snapshot] | None:
+    """The enrich stages present, applied in order (pods, then jobs); None if there are none."""
+    present = [stage for stage in stages if stage is not None]
+    if len(present) <= 1:
+        return present[0] if present else None
+
+    def enrich(snapshot: Snapshot) -> Snapshot:
+        for stage in present:
+            snapshot = stage(snapshot)
+        return snapshot
+
+    return enrich
+
+
+def pod_enricher(
+    config: Config, on_update: Callable[[object], None] | None = None
+) -> PodEnricher:
+    """The Kubernetes attribution stage for ``config`` (gRPC is imported once a socket exists)."""
+    from otel_gpu.attribute.k8s.enrich import KubeletWatch, PodEnricher
+    from otel_gpu.attribute.k8s.processes import ProcessMapper
+
+    def build() -> PodResourcesWatcher:  # imports gRPC: only once the socket exists
+        from otel_gpu.attribute.k8s.podresources import PodResourcesWatcher
+
+        return PodResourcesWatcher(
+            config.kubelet_socket,
+            interval=config.kubelet_interval,
+            timeout=config.kubelet_timeout,
+            grace_period=config.kubelet_grace_period,
+            resource_names=config.kubelet_resource_names,
+            on_update=on_update,
+        )
+
+    watcher = KubeletWatch(config.kubelet_socket, build, interval=config.kubelet_interval)
+    processes = (ProcessMapper(Path(config.proc_root), Path(config.pod_log_root))
+                 if config.process_usage else None)
+    return PodEnricher(watcher, Path(config.sysfs_root), processes=processes)
+
+
+def sample_once(config: Config, nvml: Nvml) -> Snapshot:
+    """One sample, joined with one kubelet answer when attribution is on (what ``check`` shows).
+
+    NVML is shut down before the kubelet is asked, so a slow kubelet never
+    holds the driver open. A GPU whose call hangs is given up on after
+    :data:`CHECK_READ_TIMEOUT_S` and shown as hung.
+    """
+    sampler = Sampler(nvml, all_sources(CATALOG), read_timeout=CHECK_READ_TIMEOUT_S,
+                      sysfs_root=Path(config.sysfs_root), process_usage=process_usage(config))
+    try:
+        snapshot = sampler.sample()
+    finally:
+        busy = sampler.busy()
+        sampler.close()
+        if busy:  # never pull the library out from under a call still running
+            log.warning("an NVML call is still running; exiting without nvmlShutdown")
+        else:
+            nvml.shutdown()
+    if config.pod_attribution:
+        enrich = pod_enricher(config)
+        try:
+            if enrich.watcher.poll_once():
+                snapshot = enrich(snapshot)
+        finally:
+            enrich.watcher.stop()
+    jobs = job_enricher(config)
+    if jobs is not None:
+        snapshot = jobs(snapshot)
+    return snapshot
+
+
+def _address(host: str, port: int) -> str:
+    """``host:port``, with an IPv6 address in brackets as in a URL: ``[::1]:9400``."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def choose_exporters(config: Config, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The configured exporters; by default Prometheus, plus OTLP once an endpoint is set."""
+    if config.exporters:
+        return config.exporters
+    if otlp.endpoint_configured(otlp.OtlpSettings.from_config(config), environ):
+        return ("prometheus", "otlp")
+    return ("prometheus",)
+
+
+class Service:
+    """The running collector: pipeline thread, kubelet thread, MeterProvider, HTTP endpoint."""
+
+    def __init__(
+        self,
+        config: Config,
+        nvml: Nvml,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        environ = os.environ if environ is None else environ
+        self.config = config
+        self.nvml = nvml
+        self.exporters = choose_exporters(config, environ)
+        if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+            log.warning("OTEL_SDK_DISABLED=true: the OpenTelemetry SDK records nothing, so "
+                        "/metrics carries only the dcgm/kubelet profiles and OTLP sends nothing")
+        self.enricher = None
+        if config.pod_attribution:  # the kubelet thread re-publishes through the pipeline
+            self.enricher = pod_enricher(config, on_update=lambda s: self.pipeline.pods_changed(s))
+        self.jobs = job_enricher(config)
+        self.sampler = Sampler(nvml, all_sources(CATALOG), clock=clock,
+                               read_timeout=read_timeout(config.interval),
+                               sysfs_root=Path(config.sysfs_root),
+                               process_usage=process_usage(config))
+        self.pipeline = Pipeline(self.sampler.sample, interval=config.interval,
+                                 enrich=chain(self.enricher, self.jobs),
+                                 release=lambda: self.telemetry.rebuild(),
+                                 on_publish=self._render_published,
+                                 clock=clock)
+        store = self.pipeline.store
+        resource = build_resource(config.node_name)
+        prometheus_otel = "prometheus" in self.exporters and "otel" in config.naming
+        settings = otlp.OtlpSettings.from_config(config) if "otlp" in self.exporters else None
+        # GPU events go as OTLP log records where OTLP metrics go; a bad setting fails here.
+        self.events: EventLog | None = None
+        if settings is not None:
+            from otel_gpu.export import otlp_logs
+
+            self.events = otlp_logs.build_event_log(settings, resource, environ)
+        self.detector = EventDetector() if self.events is not None else None
+        event_metrics = self.detector.metrics() if self.detector is not None else ()
+
+        def readers() -> tuple[list[MetricReader], Callable[[], bytes] | None]:
+            out: list[MetricReader] = []
+            render = None
+            source = None  # the one collection per cycle, for /metrics and OTLP alike
+            if prometheus_otel:
+                source, render = new_reader()
+                out.append(source)
+            if settings is not None:
+                if source is None:
+                    source = CollectingReader()
+                    out.append(source)
+                out.append(otlp.build_reader(settings, resource, environ, source))
+            return out, render
+
+        # A bad OTLP setting fails here, at start-up.
+        self.telemetry = Telemetry(resource, lambda: store.latest, readers, clock=clock,
+                                   catalog=(*CATALOG, *event_metrics),
+                                   device_attributes=config.device_attributes)
+        self.cache: RenderCache | None = None
+        if "prometheus" in self.exporters:
+            profiles = naming.build_profiles(
+                config.naming,
+                hostname=config.node_name or socket.gethostname(),
+                collectors_file=config.collectors,
+                hostname_label=config.dcgm_hostname_label,
+                shared_gpu_copies=config.dcgm_shared_gpu_copies,
+                devices=config.dcgm_devices,
+                pod_label_style=config.dcgm_pod_label_style,
+            )
+            self.cache = RenderCache(
+                lambda: self._body(profiles),
+                lambda: store.version, max_age=render_max_age(config.interval), clock=clock,
+            )
+        web = load_web_config(config.web_config_file) if config.web_config_file else None
+        self.server = MetricsServer(config.listen, self.cache, self.pipeline.readiness, web)
+        # Probes that cannot pass the web config's TLS or auth ask here: health only, plain.
+        self.health_server: MetricsServer | None = None
+        if config.health_listen is not None:
+            try:
+                self.health_server = MetricsServer(config.health_listen, None,
+                                                   self.pipeline.readiness)
+            except OSError as exc:
+                self.server.server_close()
+                raise SetupError(f"health_listen {_address(*config.health_listen)}: "
+                                 f"{exc.strerror or exc}") from None
+
+    def _render_published(self) -> None:
+        """Render /metrics on the publishing thread, so that no scrape waits for a render."""
+        cache = getattr(self, "cache", None)  # None until built, and without Prometheus
+        if cache is not None:
+            cache.refresh()
+        self._send_events()
+
+    def _send_events(self) -> None:
+        """Queue the events of a new sample for the OTLP logs pipeline (never waits on it);
+        a re-publication of the same sample (new pods) sends nothing."""
+        detector, events = getattr(self, "detector", None), getattr(self, "events", None)
+        snapshot = self.pipeline.store.latest
+        if detector is None or events is None or snapshot is None:
+            return
+        for event in detector.observe(snapshot):
+            events.emit(event)
+
+    def _body(self, profiles: list[naming.Profile]) -> bytes:
+        """The whole exposition, every part from the same snapshot."""
+        snapshot = self.pipeline.store.latest
+        return self.telemetry.render(snapshot) + naming.render_profiles(profiles, snapshot)
+
+    def start(self) -> None:
+        self.server.start()
+        if self.health_server is not None:
+            self.health_server.start()
+        if self.enricher is not None:
+            self.enricher.watcher.start()
+        self.pipeline.start()
+        host, _ = self.config.listen
+        scheme = "https" if self.server.tls is not None else "http"
+        log.info("serving metrics on %s://%s/metrics (interval %g s; exporters: %s)",
+                 scheme, _address(host, self.server.port), self.config.interval,
+                 ", ".join(self.exporters))
+        if self.health_server is not None:
+            host, _ = self.config.health_listen
+            log.info("serving health checks on http://%s/healthz and /readyz",
+                     _address(host, self.health_server.port))
+
+    def stop(self, final_export_s: float = 2.5) -> None:
+        """Stops within a few seconds even if an NVML call or the backend is stuck.
+
+        Shutting the MeterProvider down makes the OTLP reader export once more,
+        so the last values are not lost.
+        """
+        self.server.stop()
+        if self.health_server is not None:
+            self.health_server.stop()
+        if self.enricher is not None:
+            self.enricher.watcher.stop()
+        idle = self.pipeline.stop(timeout=0.5) and not self.sampler.busy()
+        # The queued events go out beside the final metrics export, within the same time.
+        started = time.monotonic()
+        events = self.events.start_shutdown() if self.events is not None else None
+        self.telemetry.shutdown(final_export_s)
+        if events is not None:
+            events.join(max(0.0, final_export_s - (time.monotonic() - started)))
+        self.sampler.close()  # frees what it holds in NVML (GPM buffers) while NVML is up
+        if idle:  # never pull the library out from under a call still running
+            self.nvml.shutdown()
+        else:
+            log.warning("an NVML call is still running; exiting without nvmlShutdown")

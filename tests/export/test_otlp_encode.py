@@ -1,0 +1,116 @@
+"""The cached OTLP encoder against the oracle: the SDK's own encoder, message for message."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+    OTLPMetricExporter as GrpcExporter,
+)
+from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+    OTLPMetricExporter as HttpExporter,
+)
+from opentelemetry.sdk.metrics.export import (
+    Histogram,
+    HistogramDataPoint,
+    Metric,
+    MetricsData,
+    NumberDataPoint,
+    ResourceMetrics,
+    ScopeMetrics,
+)
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+from otel_gpu.export.otlp_encode import Encoder, use_cached_encoding
+from tests.export.test_prometheus_text import DELTA, data, gauge, point, total
+
+
+def same(body: MetricsData, encoder: Encoder | None = None) -> None:
+    mine = (encoder or Encoder()).encode(body)  # bytes: NaN is never == NaN in a message
+    assert (mine.SerializeToString(deterministic=True)
+            == encode_metrics(body).SerializeToString(deterministic=True))
+
+
+def test_values_times_and_kinds_match_the_sdks_encoder():
+    values = [0, -3, 2**62, 1, 0.0, -0.0, 1.5, math.nan, math.inf, -math.inf, 1e-300]
+    metrics = [
+        gauge("g", [point(v, {"i": i}) for i, v in enumerate(values)], "W"),
+        total("c", [point(v, {"i": i}) for i, v in enumerate(values[:6])], "J"),
+        total("updown", [point(-2)], "By", monotonic=False),
+        total("delta", [point(5)], "{x}", temporality=DELTA),
+        gauge("empty", []),
+        total("empty.sum", []),
+        gauge("no.description", [point(1)], description=None),
+        Metric("zero.times", "", "", gauge("x", [NumberDataPoint({}, 0, 0, 1.0)]).data),
+    ]
+    same(data(*metrics))
+
+
+def test_attribute_values_of_every_type_match():
+    attrs = [
+        {"s": "ü ✓", "i": 7, "f": 2.5, "b": True, "n": None, "bytes": b"\x00\xff"},
+        {"seq": ("a", "b"), "ints": (1, 2), "mixed": (1, True, 1.0), "empty": ()},
+        {"map": {"k": "v", "n": 1}},
+        {"i": 1}, {"i": True}, {"i": 1.0},  # equal in Python, three encodings in OTLP
+        {},
+    ]
+    encoder = Encoder()
+    body = data(gauge("a", [point(n, a) for n, a in enumerate(attrs)]))
+    for _ in range(2):  # the second from memory
+        same(body, encoder)
+
+
+def test_resources_and_scopes_are_grouped_as_the_sdk_groups_them():
+    scope = InstrumentationScope("s", "1", "https://schema", {"team": "ml", "n": 3})
+    rm = [ResourceMetrics(Resource({"k8s.pod.name": f"p{i % 2}"}, "https://r"),
+                          [ScopeMetrics(scope, [gauge("g", [point(i)])], "https://schema")],
+                          "https://r") for i in range(3)]  # p0 twice: the later one wins
+    same(data(gauge("node", [point(1)]), more=rm))
+    same(MetricsData([]))
+
+
+def test_what_only_the_sdk_writes_goes_to_the_sdk():
+    hist = Metric("latency", "", "s", Histogram([HistogramDataPoint(
+        {"a": "b"}, 1, 2, 3, 6.0, [1, 2], [1.0], 1.0, 3.0)], 2))
+    same(data(hist, gauge("g", [point(1)])))
+
+
+def test_new_dicts_with_the_same_attributes_are_encoded_once():
+    encoder = Encoder()
+    first = encoder.attributes({"hw.id": "GPU-1", "k8s.pod.name": "a"})
+    again = encoder.attributes({"hw.id": "GPU-1", "k8s.pod.name": "a"})
+    assert first is again
+    assert encoder.attributes({"x": 1}) != encoder.attributes({"x": True})
+
+
+def test_memory_is_bounded_and_stays_right():
+    encoder = Encoder(max_sets=5)
+    body = data(gauge("g", [point(i, {"i": i}) for i in range(40)]))
+    for _ in range(3):
+        same(body, encoder)
+    assert len(encoder._by_content) <= 5 and len(encoder._by_id) <= 5
+
+
+@pytest.mark.parametrize("make", [
+    lambda: GrpcExporter(endpoint="127.0.0.1:9", insecure=True),
+    lambda: HttpExporter(endpoint="http://127.0.0.1:9/v1/metrics"),
+])
+def test_the_sdks_exporters_take_the_encoder(make):
+    exporter = make()
+    try:
+        assert use_cached_encoding(exporter)
+    finally:
+        exporter.shutdown()
+
+
+def test_an_unknown_exporter_is_left_alone():
+    class Other:
+        def export(self, data):
+            return data
+
+    other = Other()
+    assert not use_cached_encoding(other)  # type: ignore[arg-type]
+    assert other.export(1) == 1

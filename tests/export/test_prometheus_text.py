@@ -1,0 +1,248 @@
+"""The /metrics writer against the oracle: the OpenTelemetry Prometheus exporter itself.
+
+Every test feeds the same ``MetricsData`` to :class:`TextWriter` and to
+``PrometheusMetricReader`` (rendered by prometheus_client) and wants the same bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from types import MappingProxyType
+
+import pytest
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    Gauge,
+    Histogram,
+    HistogramDataPoint,
+    Metric,
+    MetricsData,
+    NumberDataPoint,
+    ResourceMetrics,
+    ScopeMetrics,
+    Sum,
+)
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from otel_gpu.export.collected import CollectingReader
+from otel_gpu.export.prometheus import new_reader
+from otel_gpu.export.prometheus_text import TextWriter
+from otel_gpu.instrument.telemetry import build_meter_provider, build_resource
+from otel_gpu.snapshot import FAILED, OK, Attribution, Device, DeviceSample, Holder, Pods
+from tests.support.snapshots import snapshot
+
+CUMULATIVE, DELTA = AggregationTemporality.CUMULATIVE, AggregationTemporality.DELTA
+
+
+def oracle(data: MetricsData | None, *, scope_labels: bool = False,
+           target_info: bool = True) -> bytes:
+    """What the OpenTelemetry Prometheus exporter writes for ``data``."""
+    registry = CollectorRegistry(auto_describe=False)
+    reader = PrometheusMetricReader(registry=registry, scope_info_enabled=scope_labels,
+                                    disable_target_info=not target_info)
+    reader._collector._callback = None  # fed by hand below, not by a MeterProvider
+    if data is not None:
+        reader._receive_metrics(data)
+    return generate_latest(registry)
+
+
+def point(value, attributes=None):
+    return NumberDataPoint(attributes=attributes or {}, start_time_unix_nano=1,
+                           time_unix_nano=2, value=value)
+
+
+def gauge(name, points, unit="", description="a gauge"):
+    return Metric(name, description, unit, Gauge(points))
+
+
+def total(name, points, unit="", monotonic=True, temporality=CUMULATIVE, description="a sum"):
+    return Metric(name, description, unit, Sum(points, temporality, monotonic))
+
+
+def data(*metrics, scope=None, resource=None, more=()):
+    scope = scope or InstrumentationScope("otel_gpu", "1.2.3")
+    resource = resource or Resource({"service.name": "otel-gpu", "host.name": "node-1"})
+    rms = [ResourceMetrics(resource, [ScopeMetrics(scope, list(metrics), "")], "")]
+    return MetricsData(rms + list(more))
+
+
+ODD_VALUES = [
+    'back\\slash', 'quo"te', "new\nline", "tab\tand space", "", "ünïcødé ✓ 𝔊PU", "{}=,",
+    "trailing\\", "\\n literally",
+]
+
+
+def test_every_kind_of_metric_and_value_matches_the_exporter():
+    odd = [point(i + 0.5, {"hw.id": f"GPU-{i}", "odd.value": v}) for i, v in enumerate(ODD_VALUES)]
+    numbers = [math.nan, math.inf, -math.inf, 0, -0.0, 1, -3, 0.1, 1e-7, 123456.0, 1234567.0,
+               1e22, 2**53 + 1, 3.14159265358979, -1e300, True]
+    metrics = [
+        gauge("hw.temperature", odd, "Cel"),
+        gauge("values", [point(v, {"i": i}) for i, v in enumerate(numbers)]),
+        total("hw.energy", [point(9000, {"hw.id": "GPU-0"})], "J"),
+        total("requests_total", [point(3)], "1"),
+        total("bytes_total", [point(3)], "By"),
+        total("hw.gpu.memory.usage", [point(2**31, {"hw.id": "GPU-0"})], "By", monotonic=False),
+        total("delta.updown", [point(-2)], "s", monotonic=False, temporality=DELTA),
+        total("delta.counter", [point(5)], "ms", temporality=DELTA),
+        gauge("rate", [point(1.5)], "m/s"),
+        gauge("per.packet", [point(1)], "{packets}/s"),
+        gauge("annotated", [point(1)], "{packets}"),
+        gauge("ratio", [point(0.25)], "1"),
+        gauge("pct", [point(50)], "%"),
+        gauge("odd unit", [point(1)], "weird unit!"),
+        gauge("already_seconds", [point(1)], "s"),
+        gauge("9starts.with-digit/and:colon", [point(1)]),
+        gauge("help.escaping", [point(1)], description='back\\slash "and"\nnewline ü'),
+        gauge("no.description", [point(1)], description=None),
+        gauge("no.points", []),
+        total("no.points.counter", [], "By"),
+    ]
+    body = data(*metrics)
+    assert TextWriter().write(body) == oracle(body)
+
+
+def test_odd_attribute_keys_and_values_match_the_exporter():
+    attrs = [
+        {"a.b": "dot", "a_b": "underscore wins as the later one"},  # both become a_b
+        {"1digit": 1, "ключ": "cyrillic key", "a/b-c": True, "x": 2.5},
+        {"list": ("a", "b"), "ints": (1, 2, 3), "non.ascii.list": ("ü", "✓"), "none": None},
+        {"hw.id": "GPU-0", "float.as.key.value": 1e22, "neg": -0.0},
+        {},
+    ]
+    body = data(gauge("odd.keys", [point(i, a) for i, a in enumerate(attrs)]))
+    assert TextWriter().write(body) == oracle(body)
+
+
+def test_points_without_some_labels_get_them_empty_and_families_merge_as_the_exporter():
+    mig = {"hw.id": "MIG-1", "hw.parent": "GPU-1", "k8s.pod.name": "train"}
+    gpu = {"hw.id": "GPU-1"}
+    other_scope = InstrumentationScope("other", "0.1", "https://schema", {"team": "ml"})
+    merged = ScopeMetrics(other_scope, [
+        gauge("hw.power", [point(7, {"hw.id": "GPU-9", "extra": "x"})], "W"),
+        gauge("hw.power", [point(8, {"zzz": "late"})], "W"),
+    ], "")
+    body = data(gauge("hw.power", [point(300, mig), point(200, gpu)], "W"),
+                more=[ResourceMetrics(Resource({"k8s.pod.name": "p"}), [merged], "")])
+    for scope_labels in (False, True):
+        for target_info in (True, False):
+            writer = TextWriter(scope_labels=scope_labels, target_info=target_info)
+            expected = oracle(body, scope_labels=scope_labels, target_info=target_info)
+            assert writer.write(body) == expected, (scope_labels, target_info)
+            assert writer.write(body) == expected, "a second write, from remembered labels"
+
+
+def test_target_info_is_the_first_collections_resource_as_the_exporter_keeps_it():
+    resource = Resource({"service.name": "otel-gpu", "k8s.node.name": 'n"1\\', "port": 9400,
+                         "ünï.code": "✓"})
+    first = data(gauge("g", [point(1)]), resource=resource)
+    second = data(gauge("g", [point(2)]), resource=Resource({"service.name": "changed"}))
+    registry = CollectorRegistry(auto_describe=False)
+    reader = PrometheusMetricReader(registry=registry, scope_info_enabled=False)
+    reader._collector._callback = None
+    writer = TextWriter()
+    for body in (first, second):
+        reader._receive_metrics(body)
+        assert writer.write(body) == generate_latest(registry)
+
+
+def test_nothing_collected_is_an_empty_body_and_histograms_are_left_out(caplog):
+    assert TextWriter().write(None) == oracle(None) == b""
+    empty = MetricsData([])
+    assert TextWriter().write(empty) == oracle(empty)
+    hist = Metric("latency", "", "s", Histogram([HistogramDataPoint(
+        {}, 1, 2, 3, 6.0, [1, 2], [1.0], 1.0, 3.0)], CUMULATIVE))
+    body = TextWriter().write(data(hist, gauge("g", [point(1)])))
+    assert b"latency" not in body and b"g 1.0" in body
+    assert "latency: Histogram data is not written" in caplog.text
+
+
+def test_the_writer_forgets_label_strings_past_its_bound_and_stays_right():
+    points = [point(i, {"hw.id": f"GPU-{i}", "v": str(i)}) for i in range(50)]
+    body = data(gauge("g", points), total("c", points))
+    writer = TextWriter(max_label_sets=10)
+    expected = oracle(body)
+    for _ in range(3):
+        assert writer.write(body) == expected
+    assert len(writer._entries) <= 10 + len(points)
+
+
+# --- the collector's own data, through a real MeterProvider ---------------------------
+
+GPU = Device("GPU-aaaa", 0, "NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3",
+             "00000000:18:00.0", minor_number=0, serial="1654922000001", numa_node=0)
+MIG = Device("MIG-bbbb", 1, "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "NVIDIA A100-SXM4-40GB",
+             "00000000:3B:00.0", parent_uuid="GPU-cccc", gpu_instance_id=13,
+             compute_instance_id=0, mig_profile="1g.5gb")
+LOST = Device("GPU-dddd", 2, 'Odd "name" \\ ü', "Odd", "00000000:5E:00.0")
+VALUES = MappingProxyType({"util.gpu": 45, "memory.used": 2 * 2**30, "memory.total": 8 * 2**30,
+                           "power": 312_500, "energy": 9_000_000, "temp.gpu": 61,
+                           "clock.sm": 1980, "clock.reasons": 5.0})
+
+
+def _snapshot(seq, pods=None, power=312_500):
+    values = MappingProxyType({**VALUES, "power": power})
+    return snapshot(DeviceSample(GPU, OK, values, xid_counts={79: 1, 13: 2}),
+                    DeviceSample(MIG, OK, values),
+                    DeviceSample(LOST, FAILED, error="lost"),
+                    seq=seq, taken_monotonic=100.0, pods=pods, nvml_calls=42)
+
+
+def _pods(*holders):
+    return Pods(Attribution({"GPU-aaaa": holders}))
+
+
+def test_the_collectors_catalog_writes_as_the_exporter_would_across_collections():
+    state = {"snap": _snapshot(1)}
+    registry = CollectorRegistry(auto_describe=False)
+    exporter = PrometheusMetricReader(registry=registry, scope_info_enabled=False)
+    ours, render = new_reader()
+    assert isinstance(ours, CollectingReader)
+    provider = build_meter_provider(build_resource(environ={}), [exporter, ours],
+                                    lambda: state["snap"], clock=lambda: 105.0)
+    try:
+        train = _pods(Holder("train-0", "ml", "main", None, "nvidia.com/gpu"))
+        odd = _pods(Holder('odd "pod"', "ml", "ü", None, "nvidia.com/gpu"))
+        for seq, pods, power in ((1, None, 312_500), (2, None, 100_000), (3, train, 100_000),
+                                 (4, odd, 250_000)):
+            state["snap"] = _snapshot(seq, pods, power)
+            mine = render()
+            assert mine == generate_latest(registry), f"collection {seq}"
+            assert b"hw_power_watts{" in mine
+        assert ours.collections == 4
+    finally:
+        provider.shutdown()
+    names = {f.name for f in text_string_to_metric_families(mine.decode())}
+    assert {"target_info", "hw_power_watts", "hw_status", "hw_energy_joules"} <= names
+
+
+@pytest.mark.parametrize("key", ["", "1", "a" * 300])
+def test_unusual_resource_keys_match(key):
+    body = data(gauge("g", [point(1)]), resource=Resource({"service.name": "s", key: "v"}))
+    assert TextWriter().write(body) == oracle(body)
+
+
+def test_values_of_every_magnitude_are_written_as_the_exporter_writes_them():
+    import random
+
+    rng = random.Random(13)
+    values = [rng.uniform(-1, 1) * 10 ** rng.randint(-30, 30) for _ in range(400)]
+    values += [10.0 ** e for e in range(-8, 24)] + [999_999.9999999999, 1e6, 123_456_789, 2**63]
+    body = data(gauge("g", [point(v, {"i": i}) for i, v in enumerate(values)]))
+    assert TextWriter().write(body) == oracle(body)
+
+
+def test_the_collector_no_longer_imports_the_prometheus_client():
+    import subprocess
+    import sys
+
+    code = ("import sys, otel_gpu.wiring, otel_gpu.export.prometheus_text; "
+            "print([m for m in sys.modules if m.startswith(('prometheus_client', "
+            "'opentelemetry.exporter.prometheus'))])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60).stdout
+    assert out.strip() == "[]"

@@ -1,0 +1,191 @@
+"""The wiring: a Service built from a config, and sample_once for ``check``."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from otel_gpu.attribute.k8s.attribution import attribute
+from otel_gpu.attribute.k8s.podresources import Allocation, PodResourcesState
+from otel_gpu.config import load
+from otel_gpu.sample.library import Nvml
+from otel_gpu.snapshot import Device, DeviceSample, Pods
+from otel_gpu.wiring import Service, sample_once
+from tests.support.snapshots import snapshot
+
+T4_UUID = "GPU-5a5a7118-e550-79a1-597e-7631e126c57a"
+
+
+@pytest.fixture
+def t4(fake_nvml):
+    return fake_nvml("t4")
+
+
+@pytest.fixture
+def build_service(t4):
+    """service(**settings) -> a Service built but not started; closed after the test."""
+    built: list[Service] = []
+
+    def build(clock=None, **settings: str) -> Service:
+        config = load({"listen": "127.0.0.1:0", "pod_attribution": "false", **settings},
+                      environ={})
+        kw = {"clock": clock} if clock is not None else {}
+        built.append(Service(config, Nvml(), environ={}, **kw))
+        return built[-1]
+
+    yield build
+    for one in built:
+        one.server.server_close()
+        one.telemetry.shutdown(0.5)
+
+
+def test_readiness_is_served_from_the_pipeline(build_service):
+    clock = {"now": 100.0}
+    service = build_service(clock=lambda: clock["now"], interval="10s")
+    assert service.server.readiness() == (
+        False, "not ready: no NVML sample has finished yet")
+    gpu = Device(T4_UUID, 0, "Tesla T4", "Tesla T4", "00000000:01:00.0")
+    service.pipeline.publish_sample(snapshot(DeviceSample(gpu), taken_monotonic=100.0))
+    assert service.server.readiness()[0]
+    clock["now"] = 131.0
+    assert "the driver may be hung" in service.server.readiness()[1]
+
+
+def test_pod_churn_rebuilds_the_pipeline_before_the_sdk_overflows(build_service):
+    service = build_service()
+    gpu = Device(T4_UUID, 0, "Tesla T4", "Tesla T4", "00000000:01:00.0")
+    sample = DeviceSample(gpu, values={"power": 70000.0, "clock.reasons": 1.0})
+    for i in range(400):  # a short job per sample, 400 of them
+        state = PodResourcesState(
+            (Allocation(f"job-{i}", "ci", "main", "nvidia.com/gpu", T4_UUID),), None,
+            float(i), "v1")
+        snap = snapshot(sample, seq=i + 1,
+                        pods=Pods(attribute([gpu], state), None, float(i)))
+        service.pipeline.publish_sample(snap)
+        service.pipeline.release_if_due()  # what the sampler thread does after publishing
+        body = service.cache.get().body.decode()
+        assert f'k8s_pod_name="job-{i}"' in body, i
+        assert "otel_metric_overflow" not in body, i
+    assert service.telemetry.rebuilds >= 2
+    assert body.count("hw_power_watts{") == 1
+
+
+def test_sample_once_reads_every_device_and_closes_nvml(t4):
+    nvml = Nvml()
+    nvml.init()
+    config = load({"pod_attribution": "false"}, environ={})
+    snap = sample_once(config, nvml)
+    assert [s.device.model for s in snap.devices] == ["Tesla T4", "Tesla T4"]
+    assert all(s.values["power"] > 0 for s in snap.devices)
+    assert snap.pods is None
+    assert not nvml._initialised  # NVML is closed before any kubelet call
+
+
+def test_sample_once_without_a_kubelet_still_gives_the_sample(t4, tmp_path):
+    nvml = Nvml()
+    nvml.init()
+    config = load({"kubelet_socket": str(tmp_path / "absent.sock"),
+                   "kubelet_timeout": "0.5s"}, environ={})
+    snap = sample_once(config, nvml)
+    assert len(snap.devices) == 2 and snap.pods is None
+
+
+def test_otlp_only_serves_no_prometheus_body(build_service):
+    service = build_service(exporters="otlp", otlp_endpoint="http://127.0.0.1:9")
+    assert service.cache is None and service.telemetry.render() == b""
+
+
+def test_a_rebuilt_pipeline_keeps_rendering(build_service):
+    service = build_service()
+    gpu = Device(T4_UUID, 0, "Tesla T4", "Tesla T4", "00000000:01:00.0")
+    snap = snapshot(DeviceSample(gpu, values={"power": 70000.0}))
+    service.pipeline.publish_sample(snap)
+    before = service.cache.get().body
+    service.telemetry.rebuild()
+    service.pipeline.publish_sample(replace(snap, seq=2))
+    after = service.cache.get().body
+    assert b"hw_power_watts{" in before and b"hw_power_watts{" in after
+
+
+def test_a_scrape_after_a_publish_never_renders(build_service):
+    """Every publication (a sample, new pods, a rebuild) renders the body on the publishing
+    thread; the scrapes that follow only serve it."""
+    service = build_service(interval="10s")
+    gpu = Device(T4_UUID, 0, "Tesla T4", "Tesla T4", "00000000:01:00.0")
+    cache = service.cache
+    for seq in (1, 2):
+        service.pipeline.publish_sample(snapshot(DeviceSample(gpu, values={"power": 70000.0}),
+                                                 seq=seq))
+        for _ in range(3):
+            assert cache.get().key == service.pipeline.store.version
+        assert cache.renders == seq
+        assert b"hw_power_watts{" in cache.get().body
+    service.pipeline.pods_changed()  # no enricher here: the same sample published again
+    assert cache.renders == 3
+    cache.get()
+    assert cache.renders == 3
+
+
+def test_every_series_of_256_gpus_is_present(fake_nvml, tmp_path):
+    """Past the SDK's default cardinality limit (2,000 per metric): each GPU has the same
+    series in every family as GPU 0, none folded into an overflow series."""
+    import re
+    from collections import Counter
+
+    from benchmarks.scenarios import NODES, write_scenario
+
+    fake_nvml(write_scenario(NODES["gpus-256"], tmp_path))
+    config = load({"listen": "127.0.0.1:0", "pod_attribution": "false"}, environ={})
+    service = Service(config, Nvml(), environ={})
+    try:
+        service.nvml.init()
+        service.pipeline.publish_sample(service.sampler.sample())
+        body = service.cache.get().body.decode()
+    finally:
+        service.server.server_close()
+        service.telemetry.shutdown(0.5)
+        service.sampler.close()
+    assert "otel_metric_overflow" not in body
+    per_gpu: dict[str, Counter] = {}
+    for line in body.splitlines():
+        match = re.match(r'([a-z_]+)\{.*\bhw_id="(GPU-[^"]+)"', line)
+        if match:
+            per_gpu.setdefault(match.group(2), Counter())[match.group(1)] += 1
+    assert len(per_gpu) == 256
+    first = next(iter(per_gpu.values()))
+    assert first["nvidia_gpu_clock_throttle"] * 256 > 2000  # one metric past the old limit
+    assert all(counts == first for counts in per_gpu.values())
+
+
+def test_grpc_is_imported_only_once_a_kubelet_socket_exists(tmp_path):
+    """Pod attribution on (the default) on a node without a kubelet: no gRPC in memory
+    until the socket appears; then the watcher is built and polls it."""
+    import subprocess
+    import sys
+
+    socket_path = tmp_path / "kubelet.sock"
+    script = f"""
+import sys, time
+from otel_gpu import sim
+from otel_gpu.wiring import Service
+from otel_gpu.config import load
+from otel_gpu.sample.library import Nvml
+sim.install(sim.FakeNvml(sim.load_scenario("t4")))
+config = load({{"listen": "127.0.0.1:0", "kubelet_socket": {str(socket_path)!r},
+               "kubelet_interval": "0.1s"}}, environ={{}})
+service = Service(config, Nvml(), environ={{}})
+service.start()
+time.sleep(0.5)
+print("before", "grpc" in sys.modules, service.enricher.watcher.stats.socket_present)
+open({str(socket_path)!r}, "w").close()  # something at the path: the watcher takes over
+deadline = time.monotonic() + 10
+while service.enricher.watcher.watcher is None and time.monotonic() < deadline:
+    time.sleep(0.05)
+print("after", "grpc" in sys.modules, service.enricher.watcher.watcher is not None)
+service.stop(0.5)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["before False False", "after True True"], done.stdout
