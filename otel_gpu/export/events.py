@@ -202,11 +202,11 @@ class EventDetector:
     def metrics(self) -> tuple[Metric, ...]:
         """The detector's own counters, as catalog rows (there at 0 from the start)."""
         return (
-            Metric("otel_gpu.export.events", Kind.COUNTER, "{event}",
+            Metric("otel_gpu.events", Kind.COUNTER, "{event}",
                    "GPU events detected and handed to the OTLP logs pipeline since start.",
                    per_node=lambda snapshot, now: [(float(self.detected), {})],
                    source_doc="collector (event detector)"),
-            Metric("otel_gpu.export.events.dropped", Kind.COUNTER, "{event}",
+            Metric("otel_gpu.events.dropped", Kind.COUNTER, "{event}",
                    f"GPU events not sent because one sample had more than {self.max_events}.",
                    per_node=lambda snapshot, now: [(float(self.dropped), {})],
                    source_doc="collector (event detector)"),

@@ -43,7 +43,7 @@ from otel_gpu.instrument.catalog import HPC_JOB, POD_ATTRIBUTES
 
 log = logging.getLogger(__name__)
 
-SCOPE = "otel_gpu.export.events"
+SCOPE = "otel_gpu.events"
 LOGS_EXPORTER = "OTEL_LOGS_EXPORTER"
 _LOGS, _METRICS = "OTEL_EXPORTER_OTLP_LOGS_", "OTEL_EXPORTER_OTLP_METRICS_"
 MAX_QUEUE = 2048

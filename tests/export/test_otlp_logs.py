@@ -119,7 +119,7 @@ def test_records_arrive_at_the_receiver_under_the_pods_resource(protocol):
     assert xid.severity_number == 17 and xid.body == "GPU no longer reachable on the PCIe bus"
     assert xid.attributes == {"hw.id": "GPU-0", "nvidia.gpu.xid": 79}
     assert xid.time_unix_nano == 1_700_000_000_500_000_000
-    assert xid.scope == "otel_gpu.export.events"
+    assert xid.scope == "otel_gpu.events"
     assert "k8s.pod.name" not in by_event["GPU-1"].resource
     assert by_event["GPU-1"].severity_number == 9
 

@@ -84,7 +84,7 @@ def test_values_are_converted_and_attributed(pipeline):
         (1.98e9, {**attrs, "nvidia.gpu.clock.domain": "sm"})]
     assert "nvidia.gpu.fan.speed" not in points  # never read: no series, not a zero
     assert points["otel_gpu.sample.age"] == [(5.0, {})]
-    assert points["otel_gpu.sample.requests"] == [(42, {})]
+    assert points["otel_gpu.nvml.requests"] == [(42, {})]
 
 
 def test_device_attributes():
