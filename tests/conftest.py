@@ -15,6 +15,19 @@ from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.process import CollectorProcess, serve_args
 from tests.support.snapshots import sample_node
 
+SLOW = ("tests/test_benchmarks.py", "tests/test_soak.py", "tests/test_scale.py", "tests/deploy/")
+"""Where the ``slow`` marker goes: what the quick loop (``-m "not slow and not support"``) skips."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark by place, so a new test in a slow file is slow without anyone remembering to."""
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        if path.startswith(SLOW):
+            item.add_marker(pytest.mark.slow)
+        if path.startswith("tests/support/"):
+            item.add_marker(pytest.mark.support)
+
 
 @pytest.fixture
 def collector() -> Iterator[Callable[..., CollectorProcess]]:
