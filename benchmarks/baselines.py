@@ -45,7 +45,7 @@ def series_file(body: str) -> list[dict]:
     return out
 
 
-def _announce(port_file: Path, port: int) -> None:
+def announce(port_file: Path, port: int) -> None:
     """Write the port atomically: the harness reads the file once it exists."""
     tmp = port_file.with_suffix(".tmp")
     tmp.write_text(str(port))
@@ -80,7 +80,7 @@ def serve_promclient(families: list[dict], interval: float, port_file: Path) -> 
 
     threading.Thread(target=update, daemon=True).start()
     server, _ = start_http_server(0, addr="127.0.0.1")
-    _announce(port_file, server.server_port)
+    announce(port_file, server.server_port)
     threading.Event().wait()
 
 
@@ -109,7 +109,7 @@ def serve_static(body: bytes, port_file: Path) -> None:
     _Static.body, _Static.gzipped = body, gzip.compress(body, 5)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Static)
     server.daemon_threads = True
-    _announce(port_file, server.server_port)
+    announce(port_file, server.server_port)
     server.serve_forever()
 
 

@@ -1,30 +1,40 @@
-"""The benchmark: otel-gpu beside a prometheus_client exporter and a static body server.
+"""The benchmark: otel-gpu beside nvitop-exporter, a prometheus_client exporter and a static body.
 
-Each configuration (a node of :mod:`benchmarks.scenarios`) runs three servers
-on the same series, one at a time, interleaved over ``--reps`` repetitions
-(the order rotates each repetition):
+Each configuration (a node of :mod:`benchmarks.scenarios`) runs four servers,
+one at a time, interleaved over ``--reps`` repetitions (the order rotates each
+repetition):
 
-- ``otel-gpu``: the real collector, ``python -m otel_gpu --simulate FILE``
-  (pod attribution on, as installed by default; the pods node gets a fake
-  kubelet on a unix socket, the others a socket path that does not exist);
+- ``otel-gpu``: the real collector, ``otel_gpu.cli.main`` with ``--simulate
+  FILE`` under :mod:`benchmarks.launch` (which counts its NVML calls at the
+  fake library; pod attribution on, as installed by default; the pods node
+  gets a fake kubelet on a unix socket, the others a socket path that does
+  not exist);
 - ``promclient``: a hand-written prometheus_client exporter holding the
-  collector's series (:mod:`benchmarks.baselines`);
+  collector's series (:mod:`benchmarks.baselines`); it reads no NVML;
+- ``nvitop-exporter``: the real peer, nvitop-exporter's own entry point run
+  by :mod:`benchmarks.launch` on the same simulated driver and scenario; it
+  is measured only once it serves every simulated GPU (:mod:`benchmarks.peer`);
 - ``static``: the collector's body, pre-rendered, served from memory.
 
 Each server is started twice per repetition:
 
-- *cached*: the collector sampling once (``--interval 1h``); a few clients
-  scrape one request at a time per connection, timing each request, for
-  ``--seconds``: scrape latency, server CPU per scrape (utime + stime from
-  ``/proc/PID/stat``), resident memory (VmRSS), and time to ready (from the
-  start of the process to ``/readyz`` 200, or the first ``/metrics`` 200);
+- *cached*: sampling once (``--interval 1h``); a few clients scrape one
+  request at a time per connection, timing each request, for ``--seconds``:
+  scrape latency, server CPU per scrape (utime + stime from
+  ``/proc/PID/stat``), resident memory (VmRSS), time to ready (from the start
+  of the process to ``/readyz`` 200, the first ``/metrics`` 200 for the
+  baselines, the first body holding every GPU for nvitop-exporter), and the
+  body's size, plain and as served with ``Accept-Encoding: gzip``;
 - *cycle*: sampling every ``--interval`` seconds while the same clients scrape
   with a pause between requests: the latency of the first scrape after each
-  new sample (the one that first sees ``otel_gpu_samples_total`` move) and of
+  new sample (the one that first sees ``otel_gpu_samples_total`` move, or
+  nvitop-exporter's host uptime, which it sets first in each sample) and of
   every scrape in the phase; then as many intervals again with nobody
   scraping: server CPU per cycle (that window's CPU per sample, from the
   threads' nanosecond counters: sampling and, for the collector, the render on
-  publishing); NVML calls per GPU per sample
+  publishing); NVML calls per GPU per sample counted at the library (otel-gpu
+  and nvitop-exporter), over the samples begun in that quiet window (after
+  the first sample, which also discovers the GPUs), and otel-gpu's own count
   (``otel_gpu_nvml_requests_total`` over ``otel_gpu_samples_total`` and GPUs,
   between the phase's first and last scrape);
 - *cycle with OTLP* (otel-gpu only): the cycle again, with the collector also
@@ -47,22 +57,26 @@ import http.client
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks import peer
 from benchmarks.baselines import series_file
+from benchmarks.report import FIGURES, KINDS, spread, table
 from benchmarks.scenarios import NODES, Node, gpu_uuids, time_sliced_pods, write_scenario
 
+__all__ = ["FIGURES", "KINDS", "spread", "table"]  # their home is benchmarks.report
+
 ROOT = Path(__file__).resolve().parents[1]
-KINDS = ("otel-gpu", "promclient", "static")
 _SERVING = re.compile(r"serving metrics on https?://[^:]+:(\d+)/metrics")
 _TICK = os.sysconf("SC_CLK_TCK")
+SAMPLES = "otel_gpu_samples_total"
 
 
 # --------------------------------------------------------------------------- /proc
@@ -137,6 +151,8 @@ class Server:
                                      env=None if env is None else {**os.environ, **env})
         self.port: int | None = None
         self.port_file = port_file
+        self.counts_port: int | None = None  # where a launcher serves its NVML counts
+        self.gpu_series: dict[str, int] = {}  # nvitop-exporter's check, once it passed
         self.tail: list[str] = []
         threading.Thread(target=self._drain, daemon=True).start()
 
@@ -167,6 +183,13 @@ class Server:
             time.sleep(0.005)
         raise RuntimeError("the server was not ready in time:\n" + "\n".join(self.tail))
 
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def counts(self) -> dict | None:
+        """The NVML calls counted at the library, where the server runs under a launcher."""
+        return None if self.counts_port is None else peer.read_counts(self.counts_port)
+
     def stop(self) -> None:
         self.proc.terminate()
         try:
@@ -193,7 +216,7 @@ class Client:
     port: int
     pause: float
     until: float
-    decode: bool
+    marker: str | None  # the series that moves with each sample (None: do not decode)
     scrapes: list[Scrape] = field(default_factory=list)
     errors: int = 0
     last_body: bytes = b""
@@ -216,9 +239,9 @@ class Client:
                 self.errors += 1
                 continue
             samples = None
-            if self.decode:
+            if self.marker:
                 body = gzip.decompress(data) if resp.getheader("Content-Encoding") else data
-                samples = value(body, "otel_gpu_samples_total")
+                samples = value(body, self.marker)
                 self.last_body = body
             self.scrapes.append(Scrape(time.monotonic(), latency, samples))
             if self.pause:
@@ -226,9 +249,10 @@ class Client:
         conn.close()
 
 
-def scrape_for(port: int, seconds: float, clients: int, pause: float, decode: bool) -> list[Client]:
+def scrape_for(port: int, seconds: float, clients: int, pause: float,
+               marker: str | None) -> list[Client]:
     until = time.monotonic() + seconds
-    out = [Client(port, pause, until, decode) for _ in range(clients)]
+    out = [Client(port, pause, until, marker) for _ in range(clients)]
     threads = [threading.Thread(target=c.run) for c in out]
     for t in threads:
         t.start()
@@ -237,9 +261,10 @@ def scrape_for(port: int, seconds: float, clients: int, pause: float, decode: bo
     return out
 
 
-def fetch(port: int) -> bytes:
+def fetch(port: int, headers: dict[str, str] | None = None) -> bytes:
+    """A body as the server sends it (gzipped when ``headers`` ask for it and it obliges)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    conn.request("GET", "/metrics")
+    conn.request("GET", "/metrics", headers=headers or {})
     body = conn.getresponse().read()
     conn.close()
     return body
@@ -304,21 +329,34 @@ class Bench:
 
     def start(self, kind: str, node: Node, interval: float,
               env: dict[str, str] | None = None) -> tuple[Server, float]:
+        counts = self.workdir / f"{kind}-{node.name}-{time.monotonic_ns()}.counts"
         if kind == "otel-gpu":
             scenario = write_scenario(node, self.workdir)
-            server = Server([sys.executable, "-m", "otel_gpu", "--simulate", str(scenario),
-                             "--listen", "127.0.0.1:0", "--interval", f"{interval:g}",
-                             "--kubelet-socket", self._socket(node),
-                             "--kubelet-interval", "1s", "--log-level", "info"], env=env)
+            server = Server(peer.otel_gpu_command(counts, [
+                "--simulate", str(scenario), "--listen", "127.0.0.1:0",
+                "--interval", f"{interval:g}", "--kubelet-socket", self._socket(node),
+                "--kubelet-interval", "1s", "--log-level", "info"]), env=env)
             ready = server.wait_ready("/readyz")
+            server.counts_port = peer.counts_port(counts, server.alive)
             if node.pods:  # every pod attributed before anything is measured
-                deadline = time.monotonic() + 120
-                while series_count(fetch(server.port), "nvidia_gpu_k8s_allocation") < node.pods:
+                deadline, port = time.monotonic() + 120, server.port or 0
+                while series_count(fetch(port), "nvidia_gpu_k8s_allocation") < node.pods:
                     if time.monotonic() > deadline:
                         raise RuntimeError("the pods never showed")
                     time.sleep(0.1)
             return server, ready
         port_file = self.workdir / f"{kind}-{node.name}-{time.monotonic_ns()}.port"
+        if kind == peer.NVITOP:
+            scenario = write_scenario(node, self.workdir)
+            server = Server(peer.nvitop_command(scenario, port_file, counts, interval), port_file)
+            server.wait_ready("/metrics")  # it answers before its first sample: wait for one
+            peer_port = server.port
+            assert peer_port is not None
+            server.gpu_series = peer.wait_for_gpus(lambda: fetch(peer_port), scenario,
+                                                   node.gpus, server.alive)
+            ready = time.monotonic() - server.started
+            server.counts_port = peer.counts_port(counts, server.alive)
+            return server, ready
         source = self.series[node.name] if kind == "promclient" else self.bodies[node.name]
         server = Server([sys.executable, "-m", "benchmarks.baselines", kind, "--series",
                          str(source), "--port-file", str(port_file),
@@ -345,10 +383,11 @@ class Bench:
             assert port is not None
             fetch(port)  # one render paid before the phase, where any server would
             cpu0 = cpu_seconds(server.proc.pid)
-            clients = scrape_for(port, s.seconds, s.clients, 0.0, False)
+            clients = scrape_for(port, s.seconds, s.clients, 0.0, None)
             cpu = cpu_seconds(server.proc.pid) - cpu0
             latencies = [x.latency for c in clients for x in c.scrapes]
             body = fetch(port)
+            served = fetch(port, {"Accept-Encoding": "gzip"})
             return {
                 "ready_s": ready,
                 "rss_mib": rss_mib(server.proc.pid),
@@ -359,6 +398,9 @@ class Bench:
                 "p99_ms": 1000 * pct(latencies, 0.99),
                 "series": series_count(body),
                 "bytes": len(body),
+                "body_kb": len(body) / 1000,
+                "gzip_kb": len(served) / 1000,
+                **({"peer_gpu_series": server.gpu_series} if server.gpu_series else {}),
             }
         finally:
             server.stop()
@@ -370,15 +412,17 @@ class Bench:
         try:
             port = server.port
             assert port is not None
+            marker = peer.SAMPLE_MARKER if kind == peer.NVITOP else SAMPLES
             first = fetch(port)
-            clients = scrape_for(port, s.interval * s.cycle_intervals, s.clients, s.pause, True)
+            clients = scrape_for(port, s.interval * s.cycle_intervals, s.clients, s.pause, marker)
             # then as many intervals with no scrape at all: the CPU of the cycles alone
-            mid = fetch(port)
-            pushes0 = len(self.receiver.requests) if otlp else 0  # type: ignore[attr-defined]
+            mid, counts_mid = fetch(port), server.counts()
+            pushes0 = len(self.receiver.requests) if otlp else 0  # type: ignore[union-attr]
             cpu0 = window_cpu(server.proc.pid)
             time.sleep(s.interval * s.cycle_intervals)
             cpu = window_seconds(server.proc.pid, cpu0)
-            pushes = len(self.receiver.requests) - pushes0 if otlp else 0  # type: ignore[attr-defined]
+            pushes = len(self.receiver.requests) - pushes0 if otlp else 0  # type: ignore[union-attr]
+            counts_last = server.counts()
             last = fetch(port)
         finally:
             server.stop()
@@ -389,7 +433,7 @@ class Bench:
                 if now.samples is not None and before.samples is not None \
                         and now.samples > before.samples:
                     after.append(now.latency)
-        out = {
+        out: dict[str, object] = {
             "scrapes": len(every),
             "errors": sum(c.errors for c in clients),
             "p50_ms": 1000 * pct(every, 0.5),
@@ -398,13 +442,22 @@ class Bench:
             "after_sample_p99_ms": 1000 * pct(after, 0.99),
             "after_sample_scrapes": len(after),
         }
-        quiet = [value(b, "otel_gpu_samples_total") for b in (mid, last)]
+        if kind == peer.NVITOP:  # its body counts no samples; its launcher does
+            quiet = [c["samples"] if c else None for c in (counts_mid, counts_last)]
+        else:
+            quiet = [value(b, SAMPLES) for b in (mid, last)]
         if kind != "static" and None not in quiet and quiet[1] > quiet[0]:  # type: ignore[operator]
             cycles = quiet[1] - quiet[0]  # type: ignore[operator]
             out["cpu_per_cycle_ms"] = 1000 * cpu / cycles
             if otlp:
                 out["otlp_pushes_per_cycle"] = pushes / cycles
-        samples = [value(b, "otel_gpu_samples_total") for b in (first, last)]
+        if counts_mid and counts_last:  # after the first sample, which also discovers
+            library = peer.library_calls(counts_mid, counts_last, node.gpus)
+            if library is not None:
+                out["nvml_library_calls_per_gpu_per_sample"] = library["per_gpu_per_sample"]
+                out["nvml_missing_per_gpu_per_sample"] = library["missing_per_gpu_per_sample"]
+                out["nvml_library_calls"] = library
+        samples = [value(b, SAMPLES) for b in (first, last)]
         if kind == "otel-gpu":
             calls = [value(b, "otel_gpu_nvml_requests_total") for b in (first, last)]
             if None not in calls and None not in samples and samples[1] > samples[0]:  # type: ignore[operator]
@@ -416,7 +469,8 @@ class Bench:
 # --------------------------------------------------------------------------- report
 
 
-def run(configs: list[str], reps: int, settings: Settings, log=print) -> dict:
+def run(configs: list[str], reps: int, settings: Settings,
+        log: Callable[[str], object] = print) -> dict:
     """Every measurement: results[config][kind] = list (one per repetition) of phases."""
     results: dict[str, dict[str, list[dict]]] = {}
     with tempfile.TemporaryDirectory(prefix="otel-gpu-bench-") as tmp:
@@ -427,7 +481,8 @@ def run(configs: list[str], reps: int, settings: Settings, log=print) -> dict:
             for rep in range(reps):
                 for name in configs:
                     node = NODES[name]
-                    order = KINDS[rep % 3:] + KINDS[:rep % 3]
+                    turn = rep % len(KINDS)
+                    order = KINDS[turn:] + KINDS[:turn]
                     for kind in order:
                         cached = bench.cached(kind, node)
                         cycle = bench.cycle(kind, node)
@@ -442,86 +497,6 @@ def run(configs: list[str], reps: int, settings: Settings, log=print) -> dict:
         finally:
             bench.close()
     return results
-
-
-FIGURES = (
-    ("cached", "p50_ms", "cached scrape p50 (ms)"),
-    ("cached", "p99_ms", "cached scrape p99 (ms)"),
-    ("cached", "cpu_per_scrape_ms", "server CPU per cached scrape (ms)"),
-    ("cycle", "after_sample_p50_ms", "first scrape after a sample, p50 (ms)"),
-    ("cycle", "after_sample_p99_ms", "first scrape after a sample, p99 (ms)"),
-    ("cycle", "p50_ms", "every scrape while sampling, p50 (ms)"),
-    ("cycle", "p99_ms", "every scrape while sampling, p99 (ms)"),
-    ("cycle", "cpu_per_cycle_ms", "server CPU per sample cycle, nobody scraping (ms)"),
-    ("cycle_otlp", "cpu_per_cycle_ms",
-     "same, with OTLP gRPC pushed every sample interval (ms)"),
-    ("cached", "rss_mib", "RSS (MiB)"),
-    ("cached", "ready_s", "time to ready (s)"),
-    ("cycle", "nvml_calls_per_gpu_per_sample", "NVML calls per GPU per sample"),
-    ("cached", "series", "series"),
-)
-
-
-def spread(values: list[float]) -> str:
-    values = [v for v in values if v == v]
-    if not values:
-        return "-"
-    med = statistics.median(values)
-    if len(values) == 1:
-        return f"{med:.3g}"
-    return f"{med:.3g} ({min(values):.3g}-{max(values):.3g})"
-
-
-def medians(runs: list[dict], phase: str, key: str) -> list[float]:
-    return [r[phase][key] for r in runs
-            if phase in r and key in r[phase] and r[phase][key] == r[phase][key]]
-
-
-STATIC_STANDS_IN = {"after_sample_p50_ms": "p50_ms", "after_sample_p99_ms": "p99_ms"}
-"""The static body has no samples: its every-scrape figure is what it serves after one."""
-
-
-def table(results: dict) -> str:
-    """Markdown: per configuration, each figure's median (min-max) per server, and ratios."""
-    lines = []
-    for name, kinds in results.items():
-        lines += [f"### {name}", "",
-                  "| figure | otel-gpu | promclient | static | otel-gpu / promclient "
-                  "| otel-gpu / static |", "|---|---|---|---|---|---|"]
-        for phase, key, label in FIGURES:
-            cells, meds = [], {}
-            for kind in KINDS:
-                vals = medians(kinds.get(kind, []), phase,
-                               STATIC_STANDS_IN.get(key, key) if kind == "static" else key)
-                cells.append(spread(vals))
-                if vals:
-                    meds[kind] = statistics.median(vals)
-            ratios = []
-            for base in ("promclient", "static"):
-                if "otel-gpu" in meds and meds.get(base):
-                    ratios.append(f"{meds['otel-gpu'] / meds[base]:.2f}")
-                else:
-                    ratios.append("-")
-            lines.append(f"| {label} | " + " | ".join(cells + ratios) + " |")
-        lines += ["", targets(kinds), ""]
-    return "\n".join(lines)
-
-
-def targets(kinds: dict) -> str:
-    """The ratios targets 2 and 3 are stated in, from medians."""
-    def med(kind: str, phase: str, key: str) -> float | None:
-        vals = medians(kinds.get(kind, []), phase, key)
-        return statistics.median(vals) if vals else None
-
-    cycle = med("otel-gpu", "cycle", "cpu_per_cycle_ms")
-    render = med("promclient", "cached", "cpu_per_scrape_ms")
-    with_otlp = med("otel-gpu", "cycle_otlp", "cpu_per_cycle_ms")
-    parts = []
-    if cycle is not None and render:
-        parts.append(f"CPU per cycle over promclient's render (target 2): {cycle / render:.2f}")
-    if cycle and with_otlp is not None:
-        parts.append(f"CPU OTLP adds per cycle (target 3): {100 * (with_otlp / cycle - 1):+.0f} %")
-    return "; ".join(parts) + "." if parts else ""
 
 
 def bytecode() -> None:

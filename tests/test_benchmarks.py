@@ -7,19 +7,21 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import yaml
 
+from benchmarks import peer
 from benchmarks import run as bench
 from benchmarks.baselines import series_file
-from benchmarks.scenarios import NODES, scenario
+from benchmarks.scenarios import NODES, scenario, write_scenario
 from otel_gpu.sim.scenario import load_scenario
 
 pytestmark = pytest.mark.timeout(180)
 
 
-def test_every_node_is_a_valid_scenario(tmp_path):
+def test_every_node_is_a_valid_scenario(tmp_path: Path) -> None:
     for node in NODES.values():
         path = tmp_path / f"{node.name}.yaml"
         path.write_text(yaml.safe_dump(scenario(node)))
@@ -28,16 +30,20 @@ def test_every_node_is_a_valid_scenario(tmp_path):
         assert sum(len(gpu.mig) for gpu in loaded.devices) == node.gpus * node.mig
 
 
-def test_the_quick_run_measures_every_server_on_the_same_series(capsys, tmp_path):
+def test_the_quick_run_measures_every_server_on_the_same_series(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert bench.main(["--quick", "--json", str(tmp_path / "out.json")]) == 0
     out = capsys.readouterr().out
     assert "### gpus-8" in out
     for _, _, label in bench.FIGURES:
         assert f"| {label} |" in out
     runs = json.loads((tmp_path / "out.json").read_text())["gpus-8"]
-    assert set(runs) == set(bench.KINDS)
+    assert set(runs) == set(bench.KINDS) == {"otel-gpu", "promclient", peer.NVITOP, "static"}
     series = {kind: runs[kind][0]["cached"]["series"] for kind in bench.KINDS}
     assert series["otel-gpu"] == series["static"] == series["promclient"] > 700, series
+    # the peer was measured on the simulated GPUs, every one of them
+    assert runs[peer.NVITOP][0]["cached"]["peer_gpu_series"] == {
+        family: 8 for family in peer.GPU_FAMILIES}
     for kind in bench.KINDS:
         cached, cycle = runs[kind][0]["cached"], runs[kind][0]["cycle"]
         assert cached["errors"] == cycle["errors"] == 0
@@ -49,6 +55,19 @@ def test_the_quick_run_measures_every_server_on_the_same_series(capsys, tmp_path
     assert collector["after_sample_scrapes"] > 0  # samples were seen to move
     # h100x8's reads, per GPU and sample: deterministic, whatever the machine's speed
     assert collector["nvml_calls_per_gpu_per_sample"] == pytest.approx(EXPECTED_NVML_CALLS)
+    # and the same counted where the calls reach the driver, for each system that reads it
+    assert collector["nvml_library_calls_per_gpu_per_sample"] == pytest.approx(
+        EXPECTED_LIBRARY_CALLS)
+    assert collector["nvml_missing_per_gpu_per_sample"] == 0
+    nvitop = runs[peer.NVITOP][0]["cycle"]
+    assert nvitop["after_sample_scrapes"] > 0  # its samples were seen to move too
+    assert nvitop["nvml_library_calls_per_gpu_per_sample"] > 0
+    calls = nvitop["nvml_library_calls"]
+    assert calls["samples"] > 0
+    for symbol in ("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo_v2"):
+        assert calls["by_symbol"][symbol] == 1.0  # every GPU, once per sample
+    for kind in ("promclient", "static"):  # they hold captured series and read no NVML
+        assert "nvml_library_calls_per_gpu_per_sample" not in runs[kind][0]["cycle"]
 
 
 EXPECTED_NVML_CALLS = 17.25
@@ -60,8 +79,50 @@ six violation times and the NVLink link states joined the batch and the row rema
 was read only when a remapping moves. Issue 13 asks for 14 at most: the rest have no field
 id to batch them with."""
 
+EXPECTED_LIBRARY_CALLS = 17.5
+"""The same reads counted at the simulated library: 0.25 more than the collector's own
+counter, because pynvml's compute process list calls the driver twice (size, then fill) on
+the two GPUs that have processes, which the collector counts as one request each."""
 
-def test_series_file_keeps_every_labelled_series():
+
+def _peer_body(uuid: str, total_mib: float) -> bytes:
+    labels = f'hostname="bench",index="0",uuid="{uuid}"'
+    return "".join(f"{family}{{{labels}}} {total_mib}\n"
+                   for family in peer.GPU_FAMILIES).encode()
+
+
+def test_the_peer_check_counts_only_the_simulated_gpus(tmp_path: Path) -> None:
+    path = write_scenario(NODES["gpus-8"], tmp_path)
+    gpu = load_scenario(str(path)).devices[0]
+    assert gpu.memory is not None
+    total = gpu.memory.total / (1 << 20)
+    assert peer.gpu_series(_peer_body(gpu.uuid, total), path) == {
+        family: 1 for family in peer.GPU_FAMILIES}
+    # a GPU the simulator does not have, or a value NaN: not counted
+    assert set(peer.gpu_series(_peer_body("GPU-elsewhere", total), path).values()) == {0}
+    assert set(peer.gpu_series(_peer_body(gpu.uuid, math.nan), path).values()) == {0}
+    with pytest.raises(peer.PeerError, match="not the scenario's memory total"):
+        peer.gpu_series(_peer_body(gpu.uuid, total + 1), path)
+
+
+def test_a_peer_without_the_gpus_fails_the_run(tmp_path: Path) -> None:
+    path = write_scenario(NODES["gpus-8"], tmp_path)
+    with pytest.raises(peer.PeerError, match="never served all 8"):
+        peer.wait_for_gpus(lambda: b"", path, 8, lambda: True, timeout=0.2)
+    with pytest.raises(peer.PeerError, match="exited"):
+        peer.wait_for_gpus(lambda: b"", path, 8, lambda: False)
+
+
+def test_library_calls_are_per_gpu_per_whole_sample() -> None:
+    first = {"samples": 2, "calls": {"a": 10, "b": 4}, "missing": {"x": 1}}
+    last = {"samples": 6, "calls": {"a": 26, "b": 4, "c": 8}, "missing": {"x": 9}}
+    got = peer.library_calls(first, last, gpus=2)
+    assert got == {"per_gpu_per_sample": 3.0, "by_symbol": {"a": 2.0, "c": 1.0},
+                   "missing_per_gpu_per_sample": 1.0, "missing": {"x": 1.0}, "samples": 4}
+    assert peer.library_calls(last, last, gpus=2) is None
+
+
+def test_series_file_keeps_every_labelled_series() -> None:
     body = ("# HELP a_total demo\n# TYPE a_total counter\na_total{x=\"1\"} 3.0\n"
             "a_total{x=\"2\",y=\"b\"} 4.0\n# HELP g demo\n# TYPE g gauge\ng 1.5\n")
     families = {f["name"]: f for f in series_file(body)}

@@ -1,0 +1,96 @@
+"""The benchmark's tables: each figure's median (min-max) per system, and the ratios."""
+
+from __future__ import annotations
+
+import statistics
+
+KINDS = ("otel-gpu", "promclient", "nvitop-exporter", "static")
+BASES = ("promclient", "nvitop-exporter", "static")
+"""The systems otel-gpu's figures are divided by, one ratio column each."""
+
+FIGURES = (
+    ("cached", "p50_ms", "cached scrape p50 (ms)"),
+    ("cached", "p99_ms", "cached scrape p99 (ms)"),
+    ("cached", "cpu_per_scrape_ms", "server CPU per cached scrape (ms)"),
+    ("cycle", "after_sample_p50_ms", "first scrape after a sample, p50 (ms)"),
+    ("cycle", "after_sample_p99_ms", "first scrape after a sample, p99 (ms)"),
+    ("cycle", "p50_ms", "every scrape while sampling, p50 (ms)"),
+    ("cycle", "p99_ms", "every scrape while sampling, p99 (ms)"),
+    ("cycle", "cpu_per_cycle_ms", "server CPU per sample cycle, nobody scraping (ms)"),
+    ("cycle_otlp", "cpu_per_cycle_ms",
+     "same, with OTLP gRPC pushed every sample interval (ms)"),
+    ("cached", "rss_mib", "RSS (MiB)"),
+    ("cached", "ready_s", "time to ready (s)"),
+    ("cycle", "nvml_library_calls_per_gpu_per_sample",
+     "NVML calls per GPU per sample, counted at the library"),
+    ("cycle", "nvml_missing_per_gpu_per_sample",
+     "same, asked for but not in the simulator (a real driver's extra calls)"),
+    ("cycle", "nvml_calls_per_gpu_per_sample",
+     "NVML calls per GPU per sample, otel-gpu's own counter"),
+    ("cached", "series", "series"),
+    ("cached", "body_kb", "body (kB)"),
+    ("cached", "gzip_kb", "body as served with gzip (kB)"),
+)
+
+
+def spread(values: list[float]) -> str:
+    values = [v for v in values if v == v]
+    if not values:
+        return "-"
+    med = statistics.median(values)
+    if len(values) == 1:
+        return f"{med:.3g}"
+    return f"{med:.3g} ({min(values):.3g}-{max(values):.3g})"
+
+
+def medians(runs: list[dict], phase: str, key: str) -> list[float]:
+    return [r[phase][key] for r in runs
+            if phase in r and key in r[phase] and r[phase][key] == r[phase][key]]
+
+
+STATIC_STANDS_IN = {"after_sample_p50_ms": "p50_ms", "after_sample_p99_ms": "p99_ms"}
+"""The static body has no samples: its every-scrape figure is what it serves after one."""
+
+
+def table(results: dict) -> str:
+    """Markdown: per configuration, each figure's median (min-max) per server, and ratios."""
+    lines = []
+    for name, kinds in results.items():
+        lines += [f"### {name}", "",
+                  "| figure | " + " | ".join(KINDS) + " | "
+                  + " | ".join(f"otel-gpu / {base}" for base in BASES) + " |",
+                  "|---" * (1 + len(KINDS) + len(BASES)) + "|"]
+        for phase, key, label in FIGURES:
+            cells, meds = [], {}
+            for kind in KINDS:
+                vals = medians(kinds.get(kind, []), phase,
+                               STATIC_STANDS_IN.get(key, key) if kind == "static" else key)
+                cells.append(spread(vals))
+                if vals:
+                    meds[kind] = statistics.median(vals)
+            ratios = []
+            for base in BASES:
+                if "otel-gpu" in meds and meds.get(base):
+                    ratios.append(f"{meds['otel-gpu'] / meds[base]:.2f}")
+                else:
+                    ratios.append("-")
+            lines.append(f"| {label} | " + " | ".join(cells + ratios) + " |")
+        lines += ["", targets(kinds), ""]
+    return "\n".join(lines)
+
+
+def targets(kinds: dict) -> str:
+    """The ratios targets 2 and 3 are stated in, from medians."""
+    def med(kind: str, phase: str, key: str) -> float | None:
+        vals = medians(kinds.get(kind, []), phase, key)
+        return statistics.median(vals) if vals else None
+
+    cycle = med("otel-gpu", "cycle", "cpu_per_cycle_ms")
+    render = med("promclient", "cached", "cpu_per_scrape_ms")
+    with_otlp = med("otel-gpu", "cycle_otlp", "cpu_per_cycle_ms")
+    parts = []
+    if cycle is not None and render:
+        parts.append(f"CPU per cycle over promclient's render (target 2): {cycle / render:.2f}")
+    if cycle and with_otlp is not None:
+        parts.append(f"CPU OTLP adds per cycle (target 3): {100 * (with_otlp / cycle - 1):+.0f} %")
+    return "; ".join(parts) + "." if parts else ""
