@@ -158,6 +158,13 @@ def _migration_tables() -> dict[str, list[str]]:
         LEGACY_NAMES,
         UNAVAILABLE,
     )
+    from otel_gpu.export.naming.dcgm.counters import DEFAULT_FIELDS_CURRENT
+    from otel_gpu.export.naming.dcgm.current import (
+        CURRENT_FIELDS,
+        CURRENT_LABELS,
+        RENAMES,
+        from_old,
+    )
 
     by_source: dict[str, Metric] = {}
     for metric in CATALOG:
@@ -178,11 +185,22 @@ def _migration_tables() -> dict[str, list[str]]:
                       f"| {rewrite} |")
     legacy = dict(LEGACY_NAMES)
     legacy.update({n.lower(): n for n in FIELDS if n.startswith("DCGM_FI_PROF_")})
+    current = []
+    for name, rename in RENAMES.items():
+        field = CURRENT_FIELDS[name]
+        rewrite = f"`{field.promql}`" if field.promql else field.rewrite_note
+        current.append(
+            f"| `{name}` | {rename.since} | `{rename.old}` | {field.unit_note} "
+            f"| {'yes' if name in DEFAULT_FIELDS_CURRENT else ''} | {rewrite} "
+            f"| `{from_old(name)}` | {rename.evidence} |")
     return {
         "dcgm_fields": fields,
+        "current_fields": current,
+        "current_labels": [f"| `{new}` | `{old}` |" for new, old in CURRENT_LABELS.items()],
         "exporter_fields": [f"| `{f.name}` | {f.type} | {f.note} |"
                             for f in EXPORTER_FIELDS.values()],
-        "label_rows": [f"| `{name}` | {_LABEL_VALUES.get(name, '')} |" for name in LABEL_FIELDS],
+        "label_rows": [f"| `{name}` | {_LABEL_VALUES.get(CURRENT_LABELS.get(name, name), '')} |"
+                       for name in LABEL_FIELDS],
         "legacy_names": [f"| `{old}` | `{new}` | "
                          f"{'yes' if new in FIELDS else UNAVAILABLE.get(new, 'no')} |"
                          for old, new in legacy.items()],

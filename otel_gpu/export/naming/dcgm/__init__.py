@@ -64,7 +64,7 @@ class _Dcgm:
         if options not in self._columns:  # read the counters file once per start
             entries = parse_collectors(options.collectors_file) if options.collectors_file \
                 else None
-            self._columns = {options: select_fields(entries)}
+            self._columns = {options: select_fields(entries, options.dcgm_names)}
         return self._columns[options]
 
     def validate(self, options: ProfileOptions) -> list[str]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from otel_gpu._files import FileError, read_text
@@ -17,11 +17,19 @@ from otel_gpu.export.naming.dcgm.columns import (
 from otel_gpu.export.naming.dcgm.counters import (
     ALIASES,
     DEFAULT_COUNTERS,
+    DEFAULT_COUNTERS_CURRENT,
     DEFAULT_FIELDS,
+    DEFAULT_FIELDS_CURRENT,
+    GENERATIONS,
     LEGACY_NAMES,
     UNAVAILABLE,
 )
-from otel_gpu.export.naming.dcgm.fields import FIELDS
+from otel_gpu.export.naming.dcgm.current import CURRENT_FIELDS
+from otel_gpu.export.naming.dcgm.fields import FIELDS, DcgmField
+
+KNOWN_FIELDS: Mapping[str, DcgmField] = {**FIELDS, **CURRENT_FIELDS}
+"""Every field under either generation's name: a counters file may mix them, and
+each name is served in its own unit."""
 
 
 def _canonical(name: str) -> str:
@@ -30,7 +38,7 @@ def _canonical(name: str) -> str:
         return LEGACY_NAMES[name]
     if name.startswith("dcgm_fi_"):
         return name.upper()
-    if name not in FIELDS and name in ALIASES:
+    if name not in KNOWN_FIELDS and name in ALIASES:
         return ALIASES[name]
     return name
 
@@ -91,16 +99,21 @@ def _shorten(text: str) -> str:
     return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
-def default_columns() -> list[Column]:
-    """The built-in set: NVIDIA's default counters file, with its types and HELP texts."""
+def default_columns(generation: str = "legacy") -> list[Column]:
+    """The built-in set: NVIDIA's default counters file, with its types and HELP texts,
+    under dcgm-exporter's names up to 4.8 (``legacy``) or from 4.9 on (``current``)."""
+    if generation not in GENERATIONS:
+        raise ValueError(f"dcgm_names: expected one of {', '.join(GENERATIONS)}")
+    rows, chosen = ((DEFAULT_COUNTERS, DEFAULT_FIELDS) if generation == "legacy"
+                    else (DEFAULT_COUNTERS_CURRENT, DEFAULT_FIELDS_CURRENT))
     columns: list[Column] = []
-    for name, type_, help_ in DEFAULT_COUNTERS:
+    for name, type_, help_ in rows:
         if name in DEFAULT_LABELS:
             columns.append(LABEL_FIELDS[name])
-        elif name in DEFAULT_FIELDS:
-            columns.append(replace(FIELDS[name], type=type_, help=help_))
-    listed = {name for name, _, _ in DEFAULT_COUNTERS}
-    columns += [FIELDS[name] for name in DEFAULT_FIELDS if name not in listed]
+        elif name in chosen:
+            columns.append(replace(KNOWN_FIELDS[name], type=type_, help=help_))
+    listed = {name for name, _, _ in rows}
+    columns += [KNOWN_FIELDS[name] for name in chosen if name not in listed]
     return columns
 
 
@@ -110,12 +123,12 @@ def _column(entry: CsvEntry) -> Column | str:
     if entry.type == "label":
         if name in LABEL_FIELDS:
             return replace(LABEL_FIELDS[name], name=entry.name)
-        if name in FIELDS or name in EXPORTER_FIELDS:
+        if name in KNOWN_FIELDS or name in EXPORTER_FIELDS:
             return "type label is not supported for it; use gauge or counter"
-    elif name in FIELDS:
+    elif name in KNOWN_FIELDS:
         if entry.type not in ("gauge", "counter"):
             return f"type {entry.type} is not supported for it; use gauge or counter"
-        known = FIELDS[name]
+        known = KNOWN_FIELDS[name]
         return replace(known, name=entry.name, dcgm_name=known.name if name != entry.name else "",
                        type=entry.type, help=entry.help or known.help)
     elif name in EXPORTER_FIELDS:
@@ -130,14 +143,16 @@ def _column(entry: CsvEntry) -> Column | str:
     return "not a field otel-gpu knows"
 
 
-def select_fields(entries: Iterable[CsvEntry] | None) -> tuple[list[Column], list[str]]:
+def select_fields(entries: Iterable[CsvEntry] | None,
+                  generation: str = "legacy") -> tuple[list[Column], list[str]]:
     """The columns to export, and a line per requested field that cannot be (with why).
 
-    ``None`` is the built-in set (:func:`default_columns`). A name listed twice is
-    exported once, as its last line says.
+    ``None`` is the built-in set (:func:`default_columns`) of ``generation``; a
+    counters file chooses by its own names, of either generation or both. A name
+    listed twice is exported once, as its last line says.
     """
     if entries is None:
-        return default_columns(), []
+        return default_columns(generation), []
     chosen: dict[str, tuple[Column, int]] = {}
     problems: list[str] = []
     for entry in entries:

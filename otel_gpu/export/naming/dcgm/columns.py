@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from otel_gpu.export.naming.dcgm.counters import DEFAULT_COUNTERS
+from otel_gpu.export.naming.dcgm.counters import DEFAULT_COUNTERS, DEFAULT_COUNTERS_CURRENT
+from otel_gpu.export.naming.dcgm.current import CURRENT_LABELS
 from otel_gpu.export.naming.dcgm.fields import DcgmField
 from otel_gpu.snapshot import DEGRADED, FAILED, OK, PREDICTED_FAILURE, Device, Snapshot
 
@@ -29,7 +30,7 @@ def _minor(device: Device, _: Snapshot) -> str | None:
     return str(device.minor_number) if device.minor_number is not None else None
 
 
-LABEL_FIELDS: Mapping[str, LabelField] = {f.name: f for f in (
+_LABELS: Mapping[str, LabelField] = {f.name: f for f in (
     LabelField("DCGM_FI_DRIVER_VERSION", lambda d, s: s.driver_version),
     LabelField("DCGM_FI_DEV_SERIAL", lambda d, s: d.serial),
     LabelField("DCGM_FI_DEV_VBIOS_VERSION", lambda d, s: d.vbios_version),
@@ -38,8 +39,12 @@ LABEL_FIELDS: Mapping[str, LabelField] = {f.name: f for f in (
     LabelField("DCGM_FI_DEV_PCI_BUSID", lambda d, s: d.pci_bus_id or None),
     LabelField("DCGM_FI_DEV_MINOR_NUMBER", _minor),
 )}
+LABEL_FIELDS: Mapping[str, LabelField] = {
+    **_LABELS, **{new: replace(_LABELS[old], name=new) for new, old in CURRENT_LABELS.items()},
+}
+"""The label rows otel-gpu knows, under DCGM's older and newer names."""
 DEFAULT_LABELS: tuple[str, ...] = tuple(
-    name for name, type_, _ in DEFAULT_COUNTERS if type_ == "label"
+    name for name, type_, _ in (*DEFAULT_COUNTERS, *DEFAULT_COUNTERS_CURRENT) if type_ == "label"
 )
 """The label rows of NVIDIA's default counters file."""
 

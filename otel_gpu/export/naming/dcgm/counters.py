@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from otel_gpu.export.naming.dcgm.current import CURRENT_FIELDS, CURRENT_LABELS, RENAMES
 from otel_gpu.export.naming.dcgm.fields import FIELDS
 
 # The rows of NVIDIA's current default counters file (dcgm-exporter's
@@ -59,6 +60,40 @@ DEFAULT_COUNTERS: tuple[tuple[str, str, str], ...] = (
 DEFAULT_FIELDS: tuple[str, ...] = tuple(
     name for name, _, _ in DEFAULT_COUNTERS if name in FIELDS
 ) + ("DCGM_FI_DEV_FAN_SPEED",)
+
+GENERATIONS = ("legacy", "current")
+"""``dcgm_names``: dcgm-exporter's names up to 4.8, or those of 4.9 and later."""
+
+_NEW_NAME = {r.old: new for new, r in RENAMES.items() if r.since == "4.9"}
+_NEW_LABEL = {old: new for new, old in CURRENT_LABELS.items()}
+
+
+def _current_rows() -> tuple[tuple[str, str, str], ...]:
+    rows: list[tuple[str, str, str]] = []
+    for name, type_, help_ in DEFAULT_COUNTERS:
+        if type_ == "label":
+            rows.append((_NEW_LABEL.get(name, name), type_, help_))
+            continue
+        new = _NEW_NAME.get(name, name)
+        field = CURRENT_FIELDS.get(new)
+        rows.append((new, field.type if field else type_, field.help if field else help_))
+        if name == "DCGM_FI_DEV_FB_RESERVED":  # collected by default from 4.9 on
+            total = CURRENT_FIELDS["DCGM_FI_DEV_FB_CAPACITY_BYTES"]
+            rows.append((total.name, total.type, total.help))
+        if name.startswith("DCGM_FI_PROF_PCIE_"):  # and renamed again in 4.10
+            rows.append((f"{name}_PER_SECOND", type_, help_))
+    return tuple(rows)
+
+
+DEFAULT_COUNTERS_CURRENT: tuple[tuple[str, str, str], ...] = _current_rows()
+"""The default set from dcgm-exporter 4.9 on: the rows above under their new names,
+the framebuffer capacity, and the PCIe byte rates under both 4.9's and 4.10's names
+(a dashboard for either finds its series). NVIDIA's own 4.9 file was not available
+to copy its order and HELP texts: they are otel-gpu's."""
+
+DEFAULT_FIELDS_CURRENT: tuple[str, ...] = tuple(
+    name for name, _, _ in DEFAULT_COUNTERS_CURRENT if name in CURRENT_FIELDS or name in FIELDS
+) + ("DCGM_FI_DEV_FAN_SPEED_RATIO",)
 
 # Known dcgm-exporter fields NVML cannot provide, with the reason.
 UNAVAILABLE: Mapping[str, str] = {

@@ -38,17 +38,27 @@ class DcgmField:
     """Labels that follow from the value (the XID code's ``err_code`` and ``err_msg``)."""
     dcgm_name: str = ""
     """The DCGM field, when ``name`` is another name for it (a 1.x-compatibility name)."""
+    replaces: str = ""
+    """For a name of dcgm-exporter 4.9 and later, the name it replaces (see :mod:`.current`)."""
+    rate: bool = False
+    """The value is the per-second rate of the summed sources (a counter) between the last
+    two samples the profile saw, times ``factor``; absent until there are two."""
 
-    def value(self, sample: DeviceSample) -> float | None:
-        if self.derive is not None:
-            return self.derive(sample)
+    def total(self, sample: DeviceSample) -> float | None:
+        """The summed sources, unscaled (``None`` when one is missing)."""
         total = 0.0
         for src in self.sources:
             raw = sample.values.get(src.key)
             if raw is None:
                 return None
             total += raw
-        return total * self.factor
+        return total
+
+    def value(self, sample: DeviceSample) -> float | None:
+        if self.derive is not None:
+            return self.derive(sample)
+        total = self.total(sample)
+        return None if total is None else total * self.factor
 
 
 def _last_xid(sample: DeviceSample) -> float | None:

@@ -62,6 +62,16 @@ class _Seen:
     clock_totals: dict[int, int] = field(default_factory=lambda: dict.fromkeys(CLOCK_EVENTS, 0))
 
 
+@dataclass
+class _Counter:
+    """A rate field's last reading of one device: the counter total and the rate it gave."""
+
+    seq: int
+    taken: float
+    total: float
+    rate: float | None
+
+
 class _Row(NamedTuple):
     sample: DeviceSample
     gpu: DeviceSample | None
@@ -98,6 +108,7 @@ class DcgmProfile:
         self.window = window
         self._lock = threading.Lock()
         self._seen: dict[str, _Seen] = {}
+        self._counters: dict[tuple[str, str], _Counter] = {}
 
     # which devices, with which labels
 
@@ -150,17 +161,36 @@ class DcgmProfile:
 
     # values
 
-    def _value(self, field: DcgmField, row: _Row) -> float | None:
+    def _value(self, field: DcgmField, row: _Row, snapshot: Snapshot) -> float | None:
         sample = row.sample
         if not sample.device.is_mig:
-            return field.value(sample)
-        name = field.dcgm_name or field.name
+            return self._read(field, sample, snapshot)
+        name = field.replaces or field.dcgm_name or field.name  # the rules name the old field
         if name in _NOT_ON_INSTANCES:
             return None
-        own = field.value(sample)
+        own = self._read(field, sample, snapshot)
         if own is not None or _instance_scoped(name) or row.gpu is None or not row.gpu.readable:
             return own
-        return field.value(row.gpu)
+        return self._read(field, row.gpu, snapshot)
+
+    def _read(self, field: DcgmField, sample: DeviceSample, snapshot: Snapshot) -> float | None:
+        """The field's value; for a rate, from this snapshot's total and the last one's."""
+        if not field.rate:
+            return field.value(sample)
+        key = (sample.device.uuid, field.name)
+        last = self._counters.get(key)
+        if last is not None and last.seq == snapshot.seq:
+            return last.rate  # the same snapshot rendered again
+        total = field.total(sample)
+        if total is None:
+            self._counters.pop(key, None)
+            return None
+        taken = snapshot.taken_monotonic
+        rate = None
+        if last is not None and taken > last.taken and total >= last.total:  # not reset
+            rate = (total - last.total) / (taken - last.taken) * field.factor
+        self._counters[key] = _Counter(snapshot.seq, taken, total, rate)
+        return rate
 
     def _exporter(self, field: ExporterField, row: _Row,
                   now: float) -> list[tuple[dict[str, str], float]]:
@@ -232,8 +262,10 @@ class DcgmProfile:
             return self._families(snapshot)
 
     def _families(self, snapshot: Snapshot) -> list[Family]:
+        present = {s.device.uuid for s in snapshot.devices}
+        for key in [k for k in self._counters if k[0] not in present]:
+            del self._counters[key]  # a device gone: its rates go with it
         families = [Family(col.name, col.type, col.help) for col in self.values]
-        now = snapshot.taken_monotonic
         rows = self._rows(snapshot)
         # DCGM's health checks watch whole GPUs, whatever the device selection
         gpu_rows = [_Row(s, s) for s in snapshot.devices if not s.device.is_mig]
@@ -248,20 +280,21 @@ class DcgmProfile:
                 if row.sample.state == FAILED and not health:
                     continue
                 base, copies = labels[row.sample.device.uuid]
-                for extra, value in self._points(col, row, now):
+                for extra, value in self._points(col, row, snapshot):
                     for pods in copies:
                         attributes = {**pods, **extra}
                         family.add({**base, **{k: attributes[k] for k in sorted(attributes)}},
                                    value)
         return families
 
-    def _points(self, col: Column, row: _Row, now: float) -> list[tuple[dict[str, str], float]]:
+    def _points(self, col: Column, row: _Row,
+                snapshot: Snapshot) -> list[tuple[dict[str, str], float]]:
         """(labels beyond the device's, value) of each series ``col`` has for ``row``."""
         if isinstance(col, ExporterField):
-            return self._exporter(col, row, now)
+            return self._exporter(col, row, snapshot.taken_monotonic)
         if not isinstance(col, DcgmField):
             return []
-        value = self._value(col, row)
+        value = self._value(col, row, snapshot)
         if value is None:
             return []
         return [(dict(col.extra_labels(value)) if col.extra_labels else {}, value)]
