@@ -402,6 +402,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("dcgm_pod_label_style", str, "current", _choice(("current", "old")), "current|old",
            "dcgm profile: pod labels pod, namespace, container (current) or dcgm-exporter's "
            "--use-old-namespace names pod_name, pod_namespace, container_name and uuid (old)"),
+    Option("dcgm_names", str, "legacy", _choice(("legacy", "current")), "legacy|current",
+           "dcgm profile, built-in field set: dcgm-exporter's names up to 4.8 (legacy) or "
+           "those of 4.9 and later (current); a counters file chooses by its own names"),
     Option("exporters", tuple[str, ...] | None, None, parse_exporters, "LIST",
            "prometheus, otlp, or both (comma-separated); default: prometheus, plus otlp "
            "when an OTLP endpoint is configured"),

@@ -244,6 +244,7 @@ class Service:
                 shared_gpu_copies=config.dcgm_shared_gpu_copies,
                 devices=config.dcgm_devices,
                 pod_label_style=config.dcgm_pod_label_style,
+                dcgm_names=config.dcgm_names,
             )
             self.cache = RenderCache(
                 lambda: self._body(profiles),

@@ -4,31 +4,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from importlib import resources
 
+from otel_gpu.export.naming.otel import prometheus_name
 from otel_gpu.instrument.catalog import (
     CATALOG,
     DEVICE_ATTRIBUTES,
     IDENTITY_ATTRIBUTES,
     WORKLOAD_ATTRIBUTES,
-    Kind,
     Metric,
 )
 
-# The OpenTelemetry Prometheus exporter's unit suffixes for the units we use.
-_PROM_UNITS = {"By": "bytes", "W": "watts", "J": "joules", "Cel": "celsius", "Hz": "hertz",
-               "s": "seconds", "1": "", "By/s": "bytes_per_second"}
-
-
-def prometheus_name(metric: Metric) -> str:
-    """The name the OpenTelemetry Prometheus exporter gives the metric."""
-    name = re.sub(r"[^a-zA-Z0-9_]", "_", metric.name)
-    unit = "" if metric.unit.startswith("{") else _PROM_UNITS.get(metric.unit, metric.unit)
-    if unit and not name.endswith("_" + unit):
-        name += "_" + unit
-    if metric.kind is Kind.COUNTER:
-        name += "_total"
-    return name
-
+__all__ = ["markdown", "migration", "prometheus_name", "text_table"]
 
 def text_table(catalog: Sequence[Metric] = CATALOG) -> str:
     rows = [("NAME", "KIND", "UNIT", "PROMETHEUS", "DESCRIPTION")]
@@ -119,6 +106,17 @@ _DCGM_LABELS = (
     ("err_code, err_msg", "the `xid` code of `nvidia_gpu_xid_errors_total`"),
 )
 
+# Where a label row's value comes from.
+_LABEL_VALUES = {
+    "DCGM_FI_DRIVER_VERSION": "`nvmlSystemGetDriverVersion`",
+    "DCGM_FI_DEV_SERIAL": "`nvmlDeviceGetSerial`",
+    "DCGM_FI_DEV_VBIOS_VERSION": "`nvmlDeviceGetVbiosVersion`",
+    "DCGM_FI_DEV_UUID": "the GPU's UUID",
+    "DCGM_FI_DEV_NAME": "the product name",
+    "DCGM_FI_DEV_PCI_BUSID": "the PCI bus id",
+    "DCGM_FI_DEV_MINOR_NUMBER": "the `/dev/nvidiaN` minor number",
+}
+
 _KUBELET = (
     ("container_accelerator_duty_cycle", "%", "hw.gpu.utilization (general), `1`",
      '100 * hw_gpu_utilization{hw_gpu_task="general"}'),
@@ -129,41 +127,28 @@ _KUBELET = (
      "hw_gpu_memory_limit_bytes"),
 )
 
-# dcgm-exporter options and labels otel-gpu has no setting for, and what to do instead.
-_DCGM_OPTIONS = (
-    "- **Device selection (`-d`).** `dcgm_devices: auto` is dcgm-exporter's default (`-d f`):",
-    "  a GPU in MIG mode has series for each of its GPU instances (labels `GPU_I_PROFILE`,",
-    "  `GPU_I_ID`) and none as a whole, so `sum(DCGM_FI_DEV_FB_USED)` counts each byte",
-    "  once. An instance's memory and profiling fields are its own; the fields DCGM reads",
-    "  per GPU (temperature, clocks, power, energy, PCIe, XID, ...) carry its GPU's value",
-    "  on each instance, as dcgm-exporter shows them, and GPU, memory-copy, encoder and",
-    "  decoder utilization, which DCGM does not report per instance, are left out.",
-    "  `gpus` (`-d g`), `instances` (`-d i`) and `both` (`-d g+i`) are its other choices;",
-    "  id lists (`-d g:0,1`) are not supported.",
-    "- **Host label.** dcgm-exporter's newest releases name it `hostname`, the default",
-    "  here; earlier releases wrote `Hostname`: set `dcgm_hostname_label: Hostname` for",
-    "  dashboards built on them.",
-    "- **Old pod label names (`--use-old-namespace`).** `dcgm_pod_label_style: old` writes",
-    "  `pod_name`, `pod_namespace`, `container_name` (and `uuid` for `UUID`).",
-    "- **Pod UID (`uid`).** Not written: the kubelet's Pod Resources API, where otel-gpu",
-    "  learns which pod holds a device, does not give pod UIDs. Join on namespace and pod",
-    "  name (`kube_pod_info` from kube-state-metrics has the `uid`).",
-    "- **Copying pod labels (`--kubernetes-enable-pod-labels`).** Needs the API server, which",
-    "  otel-gpu does not call. Push over OTLP through an OpenTelemetry Collector and let its",
-    "  `k8sattributes` processor add them: each pod's GPU series arrive under a Resource",
-    "  naming the pod (`k8s.pod.name`, `k8s.namespace.name`): associate on those",
-    "  (`pod_association` `from: resource_attribute`) and list the labels under",
-    "  `extract.labels`, as",
-    "  [examples/collector/node-agent.yaml](../examples/collector/node-agent.yaml) does.",
-    "- **XID labels.** `DCGM_FI_DEV_XID_ERRORS` carries `err_code` and `err_msg`, as",
-    "  dcgm-exporter 3.3.5 and later write them. `err_code` is the same; `err_msg` is a",
-    "  short phrase of otel-gpu's own (`otel_gpu/export/naming/xid.py`), not dcgm-exporter's text,",
-    "  so match on `err_code`.",
-)
+def _template() -> str:
+    text = resources.files("otel_gpu.export.naming").joinpath("migration.md").read_text()
+    return re.sub(r"\A<!--.*?-->\n", "", text, flags=re.S)
 
 
 def migration() -> str:
-    """docs/migration.md: from dcgm-exporter's and the kubelet's names to OpenTelemetry's."""
+    """docs/migration.md: the prose of ``naming/migration.md`` with the tables filled in."""
+    tables = _migration_tables()
+    out = []
+    for line in _template().split("\n"):
+        slot = re.fullmatch(r"\{\{(\w+)\}\}", line)
+        if slot is None:
+            out.append(line)
+        else:
+            out.extend(tables.pop(slot.group(1)))
+    if tables:
+        raise ValueError(f"migration template lacks {', '.join(tables)}")
+    return "\n".join(out)
+
+
+def _migration_tables() -> dict[str, list[str]]:
+    """The body rows of each table of the migration guide, by the template's slot name."""
     from otel_gpu.export.naming.dcgm import (
         DEFAULT_COUNTERS,
         DEFAULT_FIELDS,
@@ -173,46 +158,19 @@ def migration() -> str:
         LEGACY_NAMES,
         UNAVAILABLE,
     )
+    from otel_gpu.export.naming.dcgm.counters import DEFAULT_FIELDS_CURRENT
+    from otel_gpu.export.naming.dcgm.current import (
+        CURRENT_FIELDS,
+        CURRENT_LABELS,
+        RENAMES,
+        from_old,
+    )
 
-    out = [
-        "# Migrating from dcgm-exporter and from the kubelet's accelerator metrics",
-        "",
-        "Generated from `otel_gpu/export/naming/dcgm.py` by `otel-gpu metrics --format migration`;",
-        "do not edit by hand (a test fails when this file is out of date).",
-        "",
-        "Point Prometheus at otel-gpu with the naming profile your dashboards use, and",
-        "move to the OpenTelemetry names at your own pace:",
-        "",
-        "```sh",
-        "otel-gpu --naming dcgm                  # what dcgm-exporter served",
-        "otel-gpu --naming otel,dcgm             # both, from the same sample",
-        "otel-gpu --naming otel,dcgm,kubelet     # and the kubelet's old series",
-        "otel-gpu --naming dcgm -f counters.csv  # your dcgm-exporter counters file",
-        "```",
-        "",
-        "Profiles change the Prometheus endpoint only; OTLP always uses the",
-        "OpenTelemetry names.",
-        "",
-        "Without `-f` the `dcgm` profile serves the fields of NVIDIA's current default",
-        "counters file (dcgm-exporter's `etc/default-counters.csv`), with its types and",
-        "HELP texts and its `DCGM_FI_DRIVER_VERSION` label. A counters file may also",
-        "list the 1.x-compatibility names, `DCGM_EXP_*` fields and `label` rows (below).",
-        "A field otel-gpu cannot provide is logged once at start-up and skipped; only a",
-        "malformed line stops it.",
-        "",
-        "## dcgm-exporter fields",
-        "",
-        "Each PromQL rewrite gives the dcgm-exporter value, in its unit, from the",
-        "OpenTelemetry series. Default: in NVIDIA's default counters file (its type there",
-        "is the one shown).",
-        "",
-        "| dcgm-exporter field | type | unit | default | OpenTelemetry metric | PromQL rewrite |",
-        "|---|---|---|---|---|---|",
-    ]
-    by_source = {}
+    by_source: dict[str, Metric] = {}
     for metric in CATALOG:
         for point in metric.points:
             by_source.setdefault(point.source.key, metric)
+    fields = []
     for name, field in FIELDS.items():
         if field.sources:
             otel = ", ".join(
@@ -223,133 +181,30 @@ def migration() -> str:
         default = "yes" if name in DEFAULT_FIELDS else ""
         type_ = next((t for n, t, _ in DEFAULT_COUNTERS if n == name), field.type)
         rewrite = f"`{field.promql}`" if field.promql else field.rewrite_note
-        out.append(f"| `{name}` | {type_} | {field.unit_note} | {default} | {otel} "
-                   f"| {rewrite} |")
-    out += [
-        "",
-        "Differences worth knowing:",
-        "",
-        "- `DCGM_FI_DEV_XID_ERRORS` holds the last XID code; `nvidia.gpu.xid.errors` counts",
-        "  every XID, one series per code, so `increase(...[1h]) > 0` alerts on each kind.",
-        "- On a GPU shared by several pods, dcgm-exporter copies the GPU's series once per",
-        "  pod; otel-gpu does not (sums would count the GPU once per pod) unless",
-        "  `dcgm_shared_gpu_copies` is on. Join `nvidia_gpu_k8s_allocation` instead",
-        "  (docs/kubernetes.md).",
-        "- promtool's linter flags dcgm-exporter's names (camelCase labels, counters",
-        "  without `_total`): the `dcgm` profile keeps them, since dashboards depend on",
-        "  them; the `otel` names pass it.",
-        "",
-        "## dcgm-exporter's own fields (`DCGM_EXP_*`)",
-        "",
-        "dcgm-exporter computes these itself; otel-gpu computes them from its samples. The",
-        "`*_COUNT` windows are dcgm-exporter's default 5 minutes, counted over the samples",
-        "the endpoint renders (one per interval while it is scraped at least that often).",
-        "",
-        "| field | type | how otel-gpu computes it |",
-        "|---|---|---|",
-    ]
-    out += [f"| `{f.name}` | {f.type} | {f.note} |" for f in EXPORTER_FIELDS.values()]
-    out += [
-        "",
-        "## Label rows",
-        "",
-        "A `label` row adds a label named after the field, with the GPU's value, to every",
-        "series (a MIG instance's are its GPU's). Those otel-gpu knows:",
-        "",
-        "| field | value |",
-        "|---|---|",
-    ]
-    label_values = {
-        "DCGM_FI_DRIVER_VERSION": "`nvmlSystemGetDriverVersion`",
-        "DCGM_FI_DEV_SERIAL": "`nvmlDeviceGetSerial`",
-        "DCGM_FI_DEV_VBIOS_VERSION": "`nvmlDeviceGetVbiosVersion`",
-        "DCGM_FI_DEV_UUID": "the GPU's UUID",
-        "DCGM_FI_DEV_NAME": "the product name",
-        "DCGM_FI_DEV_PCI_BUSID": "the PCI bus id",
-        "DCGM_FI_DEV_MINOR_NUMBER": "the `/dev/nvidiaN` minor number",
-    }
-    out += [f"| `{name}` | {label_values.get(name, '')} |" for name in LABEL_FIELDS]
-    out += [
-        "",
-        "## dcgm-exporter 1.x names",
-        "",
-        "dcgm-exporter's `1.x-compatibility-metrics.csv` names fields the way dcgm-exporter",
-        "1.x did. Such a file works as it is: each series has the name the file gives and",
-        "the value (and unit) of the DCGM field the name stands for; `dcgm_fi_prof_*` names",
-        "stand for the upper-case `DCGM_FI_PROF_*` field. A name listed twice (that file",
-        "lists the PCIe byte counters twice) is exported once, as its last line says.",
-        "",
-        "| 1.x name | DCGM field | exported |",
-        "|---|---|---|",
-    ]
+        fields.append(f"| `{name}` | {type_} | {field.unit_note} | {default} | {otel} "
+                      f"| {rewrite} |")
     legacy = dict(LEGACY_NAMES)
     legacy.update({n.lower(): n for n in FIELDS if n.startswith("DCGM_FI_PROF_")})
-    for old, new in legacy.items():
-        status = "yes" if new in FIELDS else UNAVAILABLE.get(new, "no")
-        out.append(f"| `{old}` | `{new}` | {status} |")
-    out += [
-        "",
-        "## Labels",
-        "",
-        "| dcgm-exporter label | OpenTelemetry attribute (Prometheus label) |",
-        "|---|---|",
-    ]
-    out += [f"| `{old}` | {new} |" for old, new in _DCGM_LABELS]
-    out += [
-        "",
-        "The labels marked (on nvidia_gpu_info) describe the device. They are on every",
-        "series by default; with `device_attributes: identity` they are written once per",
-        "device, on `nvidia_gpu_info` alone, and a dashboard grouping by one joins it on",
-        "`hw_id` (which works with either setting):",
-        "",
-        "```promql",
-        "# DCGM_FI_DEV_GPU_TEMP by modelName",
-        "avg by (hw_model) (",
-        "  hw_temperature_celsius{hw_sensor_location=\"gpu\"}",
-        "  * on (hw_id) group_left (hw_model) nvidia_gpu_info",
-        ")",
-        "```",
-        "",
-        "## dcgm-exporter options",
-        "",
-        *_DCGM_OPTIONS,
-    ]
-    out += [
-        "",
-        "## Kubelet accelerator metrics (Kubernetes before 1.20)",
-        "",
-        "Labels `container`, `namespace`, `pod`, `make` (`nvidia`), `model`, `acc_id` (the",
-        "GPU or MIG UUID) become `k8s_container_name`, `k8s_namespace_name`,",
-        "`k8s_pod_name`, `hw_vendor`, `hw_model` and `hw_id` (`hw_vendor` and `hw_model`",
-        "on `nvidia_gpu_info`, joined on `hw_id`, with the default `device_attributes`).",
-        "",
-        "The values are the kubelet's (cAdvisor's), which read `nvmlDeviceGetMemoryInfo`",
-        "version 1: memory used includes the memory the driver reserves (on an H100,",
-        "541 MiB more than `hw.gpu.memory.usage`), and memory total is the physical total",
-        "(`hw.gpu.memory.limit`), not used + free. cAdvisor's duty cycle was NVML's",
-        "average over its last 10 s; otel-gpu's is `nvmlDeviceGetUtilizationRates`, NVML's",
-        "utilization over the driver's own sample period (1/6 s to 1 s depending on the",
-        "product), read once per interval.",
-        "",
-        "cAdvisor also labelled these series `id` (the container's cgroup path), `image`",
-        "and `name` (the container runtime's name for the container). The Pod Resources",
-        "API tells none of them, and otel-gpu does not ask the container runtime, so they",
-        "are left out rather than made up.",
-        "",
-        "| kubelet metric | unit | OpenTelemetry metric, unit | PromQL rewrite |",
-        "|---|---|---|---|",
-    ]
-    out += [f"| `{a}` | {b} | {c} | `{d}` |" for a, b, c, d in _KUBELET]
-    out += [
-        "",
-        "## No equivalent",
-        "",
-        "These dcgm-exporter fields are accepted in a counters file but not exported;",
-        "otel-gpu says so once at start-up, with the reason below.",
-        "",
-        "| field | why |",
-        "|---|---|",
-    ]
-    out += [f"| `{name}` | {why} |" for name, why in UNAVAILABLE.items()]
-    out.append("")
-    return "\n".join(out)
+    current = []
+    for name, rename in RENAMES.items():
+        field = CURRENT_FIELDS[name]
+        rewrite = f"`{field.promql}`" if field.promql else field.rewrite_note
+        current.append(
+            f"| `{name}` | {rename.since} | `{rename.old}` | {field.unit_note} "
+            f"| {'yes' if name in DEFAULT_FIELDS_CURRENT else ''} | {rewrite} "
+            f"| `{from_old(name)}` | {rename.evidence} |")
+    return {
+        "dcgm_fields": fields,
+        "current_fields": current,
+        "current_labels": [f"| `{new}` | `{old}` |" for new, old in CURRENT_LABELS.items()],
+        "exporter_fields": [f"| `{f.name}` | {f.type} | {f.note} |"
+                            for f in EXPORTER_FIELDS.values()],
+        "label_rows": [f"| `{name}` | {_LABEL_VALUES.get(CURRENT_LABELS.get(name, name), '')} |"
+                       for name in LABEL_FIELDS],
+        "legacy_names": [f"| `{old}` | `{new}` | "
+                         f"{'yes' if new in FIELDS else UNAVAILABLE.get(new, 'no')} |"
+                         for old, new in legacy.items()],
+        "labels": [f"| `{old}` | {new} |" for old, new in _DCGM_LABELS],
+        "kubelet": [f"| `{a}` | {b} | {c} | `{d}` |" for a, b, c, d in _KUBELET],
+        "unavailable": [f"| `{name}` | {why} |" for name, why in UNAVAILABLE.items()],
+    }

@@ -105,6 +105,24 @@ def test_default_counters_file_and_what_cannot_be_exported(collector):
     assert len(lines) == 1 and "vGPU guest" in lines[0]
 
 
+def test_dcgm_names_current_serves_4_9_names_in_base_units(collector):
+    proc = collector("--simulate", "h100x8", "--naming", "dcgm", "--dcgm-names", "current",
+                     interval="1h")
+    text = _wait_for(proc, "DCGM_FI_DEV_GPU_TEMP_CELSIUS")
+    expected = first_sample_values("h100x8")
+    hertz = {lab["UUID"]: v for lab, v in series(text, "DCGM_FI_DEV_SM_CLOCK_HERTZ")}
+    used = {lab["UUID"]: v for lab, v in series(text, "DCGM_FI_DEV_FB_USED_BYTES")}
+    ratio = {lab["UUID"]: v for lab, v in series(text, "DCGM_FI_DEV_GPU_UTIL_RATIO")}
+    for uuid, want in expected.items():
+        assert hertz[uuid] == want["sm_mhz"] * 1e6
+        assert used[uuid] == want["used"]
+        assert ratio[uuid] == pytest.approx(want["util"] / 100)
+    assert len(series(text, "DCGM_FI_DEV_FB_CAPACITY_BYTES")) == 8
+    assert series(text, "DCGM_FI_DEV_GPU_TEMP") == [] and series(text, "DCGM_FI_DEV_SM_CLOCK") == []
+    labels, _ = series(text, "DCGM_FI_DEV_GPU_TEMP_CELSIUS")[0]
+    assert "DCGM_FI_SYSTEM_DRIVER_VERSION" in labels and "DCGM_FI_DRIVER_VERSION" not in labels
+
+
 def test_malformed_counters_file_exits_2_naming_the_line(tmp_path):
     path = tmp_path / "counters.csv"
     path.write_text("# fields\nDCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_POWER_USAGE\n")

@@ -161,3 +161,39 @@ def test_dcgm_naming_serves_the_profiling_fields(collector):
     assert "# HELP DCGM_FI_PROF_SM_ACTIVE SM busy ratio (at least one warp)." in text
     for line in proc.lines:
         assert "DCGM_FI_PROF" not in line, line  # no field refused
+
+
+def test_dcgm_naming_serves_the_profiling_fields_under_4_10_names(collector, tmp_path):
+    path = tmp_path / "counters-4.10.csv"
+    path.write_text(textwrap.dedent("""\
+        DCGM_FI_PROF_SM_UTIL_RATIO, gauge, SM activity.
+        DCGM_FI_PROF_TENSOR_UTIL_RATIO, gauge, Tensor activity.
+        DCGM_FI_PROF_DRAM_UTIL_RATIO, gauge, DRAM activity.
+        DCGM_FI_PROF_INT_UTIL_RATIO, gauge, Integer pipe activity.
+        DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND, gauge, PCIe bytes sent per second.
+        DCGM_FI_PROF_NVLINK_RX_BYTES_PER_SECOND, gauge, NVLink bytes received per second.
+        DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND, gauge, NVLink bytes per second.
+        """))
+    proc = collector("--simulate", "h100x8", "--naming", "dcgm", "-f", str(path))
+    text = wait_for(proc, "DCGM_FI_PROF_SM_UTIL_RATIO", 8)
+    text = wait_until(lambda: (lambda t: t if len(series(
+        t, "DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND")) == 8 else None)(proc.metrics()),
+        what="the NVLink byte rate (a second sample)")
+
+    def by_index(name: str) -> dict[int, float]:
+        return {int(lab["gpu"]): v for lab, v in series(text, name)}
+
+    for index in range(8):
+        assert by_index("DCGM_FI_PROF_SM_UTIL_RATIO")[index] == pytest.approx(
+            h100x8_percent("sm", index) / 100)
+        assert by_index("DCGM_FI_PROF_TENSOR_UTIL_RATIO")[index] == pytest.approx(
+            h100x8_percent("tensor", index) / 100)
+        assert by_index("DCGM_FI_PROF_DRAM_UTIL_RATIO")[index] == pytest.approx(
+            h100x8_percent("dram", index) / 100)
+        assert by_index("DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND")[index] > 0  # moving
+    assert by_index("DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND")[1] == 2250 * MIB
+    assert by_index("DCGM_FI_PROF_NVLINK_RX_BYTES_PER_SECOND")[4] == 62000 * MIB
+    assert by_index("DCGM_FI_PROF_INT_UTIL_RATIO")[0] == pytest.approx(0.06)
+    assert "# TYPE DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND gauge" in text
+    for line in proc.lines:
+        assert "not exported" not in line, line  # no field refused

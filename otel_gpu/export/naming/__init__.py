@@ -5,23 +5,73 @@ OpenTelemetry Prometheus exporter). ``dcgm`` and ``kubelet`` are profiles that
 read the same snapshot and write dcgm-exporter's and the old kubelet's
 series, for dashboards built on those names. The profiles shape the
 Prometheus endpoint only; OTLP always carries the OpenTelemetry names.
+
+A profile is a module defining ``NAMING`` (a :class:`NamingProfile`) plus one
+line in :data:`PROFILES`; the module is imported only when the profile is
+asked for (start-up time).
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Protocol, cast
 
 from otel_gpu.export.naming.exposition import Family, render
 from otel_gpu.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 
+PROFILES: Mapping[str, str] = MappingProxyType({
+    "otel": "otel_gpu.export.naming.otel",
+    "dcgm": "otel_gpu.export.naming.dcgm",
+    "kubelet": "otel_gpu.export.naming.kubelet",
+})
+"""Naming profile -> the module whose ``NAMING`` defines it."""
+
+
 class Profile(Protocol):
     """A set of compatibility series written from one snapshot."""
 
     def families(self, snapshot: Snapshot) -> list[Family]: ...
+
+
+@dataclass(frozen=True)
+class ProfileOptions:
+    """The settings the profiles read (each reads its own)."""
+
+    hostname: str
+    collectors_file: str | None = None
+    hostname_label: str = "hostname"
+    shared_gpu_copies: bool = False
+    devices: str = "auto"
+    pod_label_style: str = "current"
+    dcgm_names: str = "legacy"
+
+
+class NamingProfile(Protocol):
+    """One entry of the registry: a name, a check of its options, and its series."""
+
+    name: str
+
+    def validate(self, options: ProfileOptions) -> list[str]:
+        """What the options ask for that cannot be served (logged, not fatal); raises
+        ``SetupError`` for options that stop the start (a malformed counters file)."""
+        ...
+
+    def build(self, options: ProfileOptions) -> Profile | None:
+        """The profile's series writer; ``None`` where the instruments are the series."""
+        ...
+
+
+def profile(name: str) -> NamingProfile:
+    """The registered profile ``name``; ``ValueError`` names the known ones."""
+    if name not in PROFILES:
+        raise ValueError(f"unknown naming profile {name!r}: expected one of {', '.join(PROFILES)}")
+    return cast(NamingProfile, importlib.import_module(PROFILES[name]).NAMING)
 
 
 def build_profiles(
@@ -33,33 +83,28 @@ def build_profiles(
     shared_gpu_copies: bool = False,
     devices: str = "auto",
     pod_label_style: str = "current",
+    dcgm_names: str = "legacy",
 ) -> list[Profile]:
-    """The compatibility profiles among ``names`` (``otel`` is the instruments themselves).
+    """The series writers of the profiles among ``names``.
 
     Raises ``CollectorsError`` for a malformed counters file; fields it names
     that NVML cannot provide (or that otel-gpu does not know) are logged once
     here, with the reason, and skipped.
     """
-    # Each profile's module is imported only when it is asked for (start-up time).
+    options = ProfileOptions(hostname, collectors_file, hostname_label, shared_gpu_copies,
+                             devices, pod_label_style, dcgm_names)
     profiles: list[Profile] = []
     if "otel" not in names:  # the collector's own health is on the endpoint whatever the names
         from otel_gpu.export.naming.health import HealthProfile
 
         profiles.append(HealthProfile())
-    if "dcgm" in names:
-        from otel_gpu.export.naming.dcgm import DcgmProfile, parse_collectors, select_fields
-
-        entries = parse_collectors(collectors_file) if collectors_file else None
-        fields, problems = select_fields(entries)
-        for problem in problems:
-            log.warning("dcgm profile: not exported: %s", problem)
-        profiles.append(DcgmProfile(fields, hostname, hostname_label=hostname_label,
-                                    shared_gpu_copies=shared_gpu_copies, devices=devices,
-                                    pod_label_style=pod_label_style))
-    if "kubelet" in names:
-        from otel_gpu.export.naming.kubelet import KubeletProfile
-
-        profiles.append(KubeletProfile())
+    for name in names:
+        entry = profile(name)
+        for problem in entry.validate(options):
+            log.warning("%s profile: not exported: %s", name, problem)
+        built = entry.build(options)
+        if built is not None:
+            profiles.append(built)
     return profiles
 
 
@@ -67,6 +112,6 @@ def render_profiles(profiles: Sequence[Profile], snapshot: Snapshot | None) -> b
     if snapshot is None or not profiles:
         return b""
     families: list[Family] = []
-    for profile in profiles:
-        families.extend(profile.families(snapshot))
+    for one in profiles:
+        families.extend(one.families(snapshot))
     return render(families).encode()

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from otel_gpu.export._docs import prometheus_name
 from otel_gpu.export.naming.exposition import Family
+from otel_gpu.export.naming.otel import prometheus_name
 from otel_gpu.instrument.catalog import CATALOG, Kind, Metric
 from otel_gpu.snapshot import Snapshot
 
@@ -36,6 +36,7 @@ class HealthProfile:
         out = []
         for metric in self._metrics:
             family = Family(prometheus_name(metric), _TYPES[metric.kind], metric.description)
+            assert metric.per_node is not None  # health_metrics() keeps only per-node rows
             for value, attrs in metric.per_node(snapshot, now):
                 family.add({k.replace(".", "_"): v for k, v in attrs.items()}, value)
             out.append(family)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from otel_gpu.export.naming import ProfileOptions
 from otel_gpu.export.naming.exposition import Family
 from otel_gpu.sample import sources as s
 from otel_gpu.snapshot import FAILED, Snapshot
@@ -64,3 +65,16 @@ class KubeletProfile:
                 if s.MEM_TOTAL.key in values:
                     total.add(labels, values[s.MEM_TOTAL.key])
         return [duty, used, total]
+
+
+class _Kubelet:
+    name = "kubelet"
+
+    def validate(self, options: ProfileOptions) -> list[str]:
+        return []
+
+    def build(self, options: ProfileOptions) -> KubeletProfile:
+        return KubeletProfile()
+
+
+NAMING = _Kubelet()
