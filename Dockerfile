@@ -3,10 +3,14 @@
 #   docker build -t otel-gpu:0.1.0 .
 #   docker build --build-arg BASE=python:3.11-slim-bookworm -t otel-gpu:0.1.0 .
 #
-# BASE is any image with python3 (3.10 or newer) and its venv module; both stages use
-# it, so the virtual environment built in the first runs unchanged in the second.
-# Without network access in the build, put every wheel in one directory inside the
-# context (pip wheel . -w dist/wheels) and pass --build-arg WHEELS=dist/wheels.
+# BASE is any image with python3 (3.10 or newer) and its venv module; every stage uses
+# it, so the wheels and the virtual environment suit the Python that runs them.
+#
+# Offline: the `wheels` stage holds the wheels of otel-gpu and its dependencies, built
+# by BASE's own pip for BASE's Python and platform. Export them where PyPI is reachable
+# (BuildKit, or buildah/podman), then build without network from them, with the same BASE:
+#   docker build --target wheels --output type=local,dest=dist/wheels .
+#   docker build --build-arg WHEELS=dist/wheels -t otel-gpu:0.1.0 .
 ARG BASE=python:3.12-slim-bookworm
 
 FROM ${BASE} AS build
@@ -14,14 +18,20 @@ ARG WHEELS=
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
 COPY . /src
+# /wheels: the ones given in WHEELS (a directory inside the context), else built here;
+# the virtual environment is installed from them alone either way.
 RUN python3 -m venv /opt/otel-gpu \
  && if [ -n "$WHEELS" ]; then \
-        /opt/otel-gpu/bin/pip install --no-index --find-links "/src/$WHEELS" otel-gpu; \
+        mkdir /wheels && cp "/src/$WHEELS"/*.whl /wheels/; \
     else \
-        /opt/otel-gpu/bin/pip install /src; \
+        /opt/otel-gpu/bin/pip wheel -q -w /wheels /src; \
     fi \
+ && /opt/otel-gpu/bin/pip install -q --no-index --find-links /wheels otel-gpu \
  && /opt/otel-gpu/bin/otel-gpu --version \
  && /opt/otel-gpu/bin/pip uninstall -y -q pip
+
+FROM scratch AS wheels
+COPY --from=build /wheels /
 
 FROM ${BASE}
 LABEL org.opencontainers.image.title="otel-gpu" \

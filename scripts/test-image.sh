@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds the container image from the Dockerfile and runs it (tests/image/): installs
-# Debian's buildah and mmdebstrap with apt-get when missing, then runs pytest -m image.
-# Needs root (buildah with the vfs driver and chroot isolation), Debian's package
-# mirror, and the virtual environment scripts/test.sh makes. Usage:
+# Builds the container image with the README's commands (the offline recipe: the
+# wheels stage exported, then the build from those wheels) and runs it (tests/image/):
+# installs Debian's buildah and mmdebstrap with apt-get when missing, then runs
+# pytest -m image. Needs root (buildah with the vfs driver and chroot isolation),
+# Debian's package mirror, PyPI, and the virtual environment scripts/test.sh makes. Usage:
 # scripts/test-image.sh [pytest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."

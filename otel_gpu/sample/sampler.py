@@ -151,7 +151,7 @@ class _Tracked:
 _NO_VALUES: Mapping[str, float] = MappingProxyType({})
 _NAMED = 8
 """Devices named in one "not available" line; the rest are counted (a node may have 512)."""
-COMMON_XIDS = (13, 31, 43, 45, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 109, 119, 120)
+COMMON_XIDS = (13, 31, 43, 45, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 109, 119, 120, 140)
 """XIDs whose series exist at 0 from discovery on, so the first one is an increase."""
 
 

@@ -16,6 +16,20 @@ RULES = DEPLOY / "prometheus" / "otel-gpu-rules.yaml"
 CHART = DEPLOY / "helm" / "otel-gpu"
 KUBERNETES_VERSION = "1.30.0"  # a version whose schemas kubernetes-validate ships
 
+# The node selector terms (ORed) that keep the DaemonSet on GPU nodes, in the chart
+# and the kustomize base: each a label only GPU nodes carry.
+GPU_NODE_TERMS = [
+    # NVIDIA GPU Feature Discovery (and the GPU operator)
+    {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In",
+                           "values": ["true"]}]},
+    # Node Feature Discovery: a PCI device of NVIDIA's vendor id
+    {"matchExpressions": [{"key": "feature.node.kubernetes.io/pci-10de.present",
+                           "operator": "In", "values": ["true"]}]},
+    {"matchExpressions": [{"key": "cloud.google.com/gke-accelerator", "operator": "Exists"}]},
+    {"matchExpressions": [{"key": "k8s.amazonaws.com/accelerator", "operator": "Exists"}]},
+    {"matchExpressions": [{"key": "kubernetes.azure.com/accelerator", "operator": "Exists"}]},
+]
+
 
 def tool(name: str, hint: str) -> str:
     """The tool's path, or skip the test with a hint on how to get it."""

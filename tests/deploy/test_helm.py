@@ -13,7 +13,15 @@ import sys
 import pytest
 import yaml
 
-from tests.deploy.conftest import CHART, DEPLOY, documents, helm_binary, run, validate_objects
+from tests.deploy.conftest import (
+    CHART,
+    DEPLOY,
+    GPU_NODE_TERMS,
+    documents,
+    helm_binary,
+    run,
+    validate_objects,
+)
 from tests.support.certs import make_certs
 from tests.support.process import CollectorProcess, http_get, wait_until
 
@@ -55,7 +63,11 @@ CASES = {
     },
     "placement": {
         "runtimeClassName": "nvidia",
-        "gpuNodeAffinity": {"enabled": True},
+        "gpuNodeAffinity": {"extraNodeSelectorTerms": [
+            {"matchExpressions": [{"key": "example.com/gpu", "operator": "Exists"}]}]},
+        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                                              "labelSelector": {"matchLabels": {"a": "b"}}}}]}},
         "nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"},
         "priorityClassName": "",
         "serviceAccount": {"create": False, "name": "gpu-monitor"},
@@ -112,7 +124,9 @@ def test_defaults_are_hardened_and_mount_what_attribution_and_numa_need(tmp_path
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert pod["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-    assert "nodeSelector" not in pod and "affinity" not in pod
+    assert "nodeSelector" not in pod
+    assert pod["affinity"] == {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": GPU_NODE_TERMS}}}
     assert pod["priorityClassName"] == "system-node-critical"
     (container,) = pod["containers"]
     ctx = container["securityContext"]
@@ -194,10 +208,25 @@ def test_otlp_headers_come_from_a_secret_file(tmp_path):
 def test_placement_values(tmp_path):
     pod = _pod(_render(tmp_path, CASES["placement"]))
     assert pod["runtimeClassName"] == "nvidia"
-    term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert term["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == "nvidia.com/gpu.present"
+    assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
+    # the extra term widens the GPU-node terms (ORed); podAntiAffinity is added beside them
+    required = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert required["nodeSelectorTerms"] == [
+        *GPU_NODE_TERMS,
+        {"matchExpressions": [{"key": "example.com/gpu", "operator": "Exists"}]}]
+    assert pod["affinity"]["podAntiAffinity"] == (
+        CASES["placement"]["affinity"]["podAntiAffinity"])
     assert "priorityClassName" not in pod
     assert pod["serviceAccountName"] == "gpu-monitor"
+
+
+def test_gpu_node_affinity_is_replaced_by_a_node_affinity_or_switched_off(tmp_path):
+    own = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gpu"]}]}]}}
+    pod = _pod(_render(tmp_path, {"affinity": {"nodeAffinity": own}}))
+    assert pod["affinity"] == {"nodeAffinity": own}
+    pod = _pod(_render(tmp_path, {"gpuNodeAffinity": {"enabled": False}}))
+    assert "affinity" not in pod and "nodeSelector" not in pod
 
 
 def test_the_charts_copies_of_the_rules_and_dashboard_are_identical():

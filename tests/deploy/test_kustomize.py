@@ -9,6 +9,7 @@ import yaml
 from tests.deploy.conftest import (
     CHART,
     DEPLOY,
+    GPU_NODE_TERMS,
     RULES,
     documents,
     helm_binary,
@@ -42,10 +43,11 @@ def test_base_matches_the_charts_defaults(tmp_path):
     base = _build(KUSTOMIZE / "base")
     chart = documents(run(helm_binary(), "template", "otel-gpu", str(CHART),
                           "--namespace", "monitoring"))
-    assert sorted(_by_kind(base)) == sorted(_by_kind(chart))
+    # the chart leaves the namespace to `helm install --create-namespace`
+    assert sorted(_by_kind(base)) == sorted([*_by_kind(chart), "Namespace"])
     ours, theirs = _pod(base), _pod(chart)
     for key in ("securityContext", "tolerations", "priorityClassName",
-                "automountServiceAccountToken"):
+                "automountServiceAccountToken", "affinity"):
         assert ours[key] == theirs[key], key
     assert "hostPID" not in ours
     (c1,), (c2,) = ours["containers"], theirs["containers"]
@@ -77,3 +79,25 @@ def test_overlay_turns_on_process_usage_with_its_mounts():
 def test_overlay_rules_are_the_rules_file():
     rule = yaml.safe_load((KUSTOMIZE / "overlays" / "example" / "prometheusrule.yaml").read_text())
     assert rule["spec"] == yaml.safe_load(RULES.read_text())
+
+
+def test_base_ships_the_namespace_its_objects_go_in():
+    objects = _build(KUSTOMIZE / "base")
+    (namespace,) = [o for o in objects if o["kind"] == "Namespace"]
+    assert namespace["metadata"]["name"] == "monitoring"
+    assert objects[0] is namespace  # kustomize orders it first: applied before the rest
+    assert {o["metadata"]["namespace"] for o in objects if o is not namespace} == {"monitoring"}
+
+
+def test_overlay_renames_the_bases_namespace():
+    objects = _build(KUSTOMIZE / "overlays" / "example")
+    assert [o["metadata"]["name"] for o in objects if o["kind"] == "Namespace"] == [
+        "gpu-monitoring"]
+
+
+def test_base_and_overlay_run_on_gpu_nodes_only():
+    """A required node affinity, its terms ORed: any one label of a GPU node will do."""
+    for target in ("base", "overlays/example"):
+        affinity = _pod(_build(KUSTOMIZE / target))["affinity"]
+        required = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert required == {"nodeSelectorTerms": GPU_NODE_TERMS}, target

@@ -1,23 +1,28 @@
-"""The container image: built from the project's Dockerfile, run, and scraped.
+"""The container image: built with the README's commands, run, and scraped.
 
 No registry is reachable from the machines this runs on, so the base image is
 made here: ``mmdebstrap`` writes a minimal Debian root with python3 and its venv
-module, ``buildah`` imports it as an image, then builds the Dockerfile unchanged
-with ``BASE`` set to that image. PyPI is not reachable from inside the build
-either (the build has none of the host's certificate authorities or package
-mirrors), so the wheels are collected on the host for the base's Python and
-platform and handed to the build with ``WHEELS``. Then ``buildah run`` starts
+module, ``buildah`` imports it as an image. Its Debian release is chosen so that
+its Python is not the host's: wheels built for the host's Python would not install
+in it, as on a host with Python 3.11 and the default base's 3.12. The base also
+carries the host's certificate authorities and a pip.conf naming them, as a
+site's own base image would, so pip in the build reaches PyPI the way the host
+does. Then the README's image commands run as written, each ``docker build``
+carried out by ``buildah bud`` with ``BASE`` set to that image (the README asks
+for the same BASE in each): the wheels stage exported to ``dist/wheels``, and
+the build from those wheels alone. ``buildah run`` then starts
 ``otel-gpu --simulate h100x8`` in the image, on the host's network, and
 ``/metrics`` is read from the host.
 
 Opt-in (``pytest -m image``; ``scripts/test-image.sh`` installs buildah and
-mmdebstrap and runs it): it needs root, Debian's mirror, and a few minutes.
+mmdebstrap and runs it): it needs root, Debian's mirror, PyPI, and a few minutes.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -29,15 +34,16 @@ from pathlib import Path
 import pytest
 
 from otel_gpu import __version__
+from tests.image.recipe import ROOT, readme_commands
 from tests.support.exposition import series
 from tests.support.process import http_get, wait_until
 
-pytestmark = [pytest.mark.image, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.image, pytest.mark.timeout(1500)]
 
-ROOT = Path(__file__).resolve().parents[2]
-WHEELS = "dist/wheels"  # inside the build context, allowed by .dockerignore
-BASE = "localhost/otel-gpu-test-base:bookworm"
-IMAGE = "localhost/otel-gpu:test"
+WHEELS = ROOT / "dist" / "wheels"  # where the README exports them, allowed by .dockerignore
+BASE = "localhost/otel-gpu-test-base:latest"
+# Debian release -> its python3: the base is one whose Python differs from the host's
+RELEASES = {"trixie": (3, 13), "bookworm": (3, 11)}
 
 
 class Buildah:
@@ -64,9 +70,49 @@ def _step(timings: dict[str, float], name: str, started: float) -> None:
     print(f"image test: {name} took {timings[name]} s", file=sys.stderr)
 
 
+def _docker_shim(directory: Path, buildah: Buildah) -> Path:
+    """A `docker` whose `build` is `buildah bud` on the test's storage and base."""
+    directory.mkdir()
+    bud = shlex.join(buildah.argv("bud", "--isolation", "chroot", "--layers",
+                                  "--build-arg", f"BASE={BASE}"))
+    shim = directory / "docker"
+    shim.write_text(
+        "#!/bin/sh\n"
+        '[ "$1" = build ] || { echo "docker: only build is carried out here" >&2; exit 2; }\n'
+        f'shift\nexec {bud} "$@"\n')
+    shim.chmod(0o755)
+    return directory
+
+
+def _make_base(buildah: Buildah, work: Path) -> str:
+    """The base image; returns its Debian release."""
+    release = next(r for r, version in RELEASES.items() if version != sys.version_info[:2])
+    tarball = work / "base.tar"
+    made = subprocess.run(
+        ["mmdebstrap", "--variant=apt", "--include=python3,python3-venv",
+         "--dpkgopt=path-exclude=/usr/share/doc/*", "--dpkgopt=path-exclude=/usr/share/man/*",
+         "--dpkgopt=path-exclude=/usr/share/locale/*", release, str(tarball)],
+        capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+    )
+    assert made.returncode == 0, made.stderr[-4000:]
+    pip_conf = work / "pip.conf"
+    pip_conf.write_text("[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n")
+    scratch = buildah("from", "scratch")
+    buildah("add", scratch, str(tarball), "/")
+    buildah("add", scratch, "/etc/ssl/certs/ca-certificates.crt",
+            "/etc/ssl/certs/ca-certificates.crt")
+    buildah("add", scratch, str(pip_conf), "/etc/pip.conf")
+    python = buildah("run", "--isolation", "chroot", scratch, "--", "python3", "-c",
+                     "import sys; print(*sys.version_info[:2])")
+    assert tuple(map(int, python.split())) == RELEASES[release], python
+    buildah("commit", "-q", scratch, BASE)
+    buildah("rm", scratch)
+    return release
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """(buildah, timings): the base image and the project's image, built once."""
+    """(buildah, image, timings): the README's image commands, run once."""
     missing = [tool for tool in ("buildah", "mmdebstrap") if shutil.which(tool) is None]
     if missing:
         pytest.fail(f"{', '.join(missing)} not installed: run scripts/test-image.sh, "
@@ -74,66 +120,30 @@ def built(tmp_path_factory):
     work = tmp_path_factory.mktemp("image")
     buildah = Buildah(work)
     timings: dict[str, float] = {}
-    wheels = ROOT / WHEELS
-    made_dist = not wheels.parent.exists()
+    made_dist = not WHEELS.parent.exists()
+    commands = readme_commands()
     try:
         started = time.monotonic()
-        tarball = work / "base.tar"
-        made = subprocess.run(
-            ["mmdebstrap", "--variant=apt", "--include=python3,python3-venv",
-             "--dpkgopt=path-exclude=/usr/share/doc/*", "--dpkgopt=path-exclude=/usr/share/man/*",
-             "--dpkgopt=path-exclude=/usr/share/locale/*", "bookworm", str(tarball)],
-            capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
-        )
-        assert made.returncode == 0, made.stderr[-4000:]
-        _step(timings, "mmdebstrap", started)
-
-        started = time.monotonic()
-        scratch = buildah("from", "scratch")
-        buildah("add", scratch, str(tarball), "/")
-        # the wheels must suit the base's Python and C library, whatever the host runs
-        python, libc = buildah(
-            "run", "--isolation", "chroot", scratch, "--", "python3", "-c",
-            "import platform, sys; "
-            "print(f'{sys.version_info[0]}.{sys.version_info[1]}', platform.libc_ver()[1])",
-        ).split()
-        buildah("commit", "-q", scratch, BASE)
-        buildah("rm", scratch)
-        _step(timings, "base image", started)
-
-        started = time.monotonic()
-        shutil.rmtree(wheels, ignore_errors=True)
-        pip = [sys.executable, "-m", "pip"]
-        source = work / "source"  # a copy: setuptools leaves build/ where it builds
-        shutil.copytree(ROOT / "otel_gpu", source / "otel_gpu",
-                        ignore=shutil.ignore_patterns("__pycache__"))
-        for name in ("pyproject.toml", "README.md", "LICENSE"):
-            shutil.copy2(ROOT / name, source / name)
-        subprocess.run([*pip, "wheel", "-q", "--no-deps", "-w", str(wheels), str(source)],
-                       check=True, timeout=300, stdin=subprocess.DEVNULL)
-        own = next(wheels.glob("otel_gpu-*.whl"))
-        machine = os.uname().machine
-        glibc_minor = int(libc.split(".")[1])
-        platforms = [f"manylinux2014_{machine}"] + [
-            f"manylinux_2_{minor}_{machine}" for minor in range(17, glibc_minor + 1)]
-        subprocess.run(
-            [*pip, "download", "-q", "--only-binary=:all:", "--python-version", python,
-             "--implementation", "cp", *(a for p in platforms for a in ("--platform", p)),
-             "-d", str(wheels), str(own)],
-            check=True, timeout=300, stdin=subprocess.DEVNULL,
-        )
-        _step(timings, "wheels", started)
-
-        started = time.monotonic()
-        buildah("bud", "--isolation", "chroot", "--build-arg", f"BASE={BASE}",
-                "--build-arg", f"WHEELS={WHEELS}", "-f", str(ROOT / "Dockerfile"),
-                "-t", IMAGE, str(ROOT))
-        _step(timings, "build", started)
-        yield buildah, timings
+        release = _make_base(buildah, work)
+        _step(timings, f"base image ({release})", started)
+        shutil.rmtree(WHEELS, ignore_errors=True)
+        env = {**os.environ, "PATH": f"{_docker_shim(work / 'bin', buildah)}:{os.environ['PATH']}"}
+        for command in commands:
+            started = time.monotonic()
+            done = subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=ROOT, env=env,
+                                  capture_output=True, text=True, timeout=1200,
+                                  stdin=subprocess.DEVNULL)
+            assert done.returncode == 0, (
+                f"the README's {command!r} exited {done.returncode}:\n"
+                f"{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
+            _step(timings, command, started)
+        assert sorted(p.name for p in WHEELS.glob("otel_gpu-*.whl")), "no wheel exported"
+        tag = shlex.split(commands[-1])[shlex.split(commands[-1]).index("-t") + 1]
+        yield buildah, f"localhost/{tag}", timings
     finally:
-        shutil.rmtree(wheels, ignore_errors=True)
-        if made_dist and wheels.parent.is_dir() and not any(wheels.parent.iterdir()):
-            wheels.parent.rmdir()
+        shutil.rmtree(WHEELS, ignore_errors=True)
+        if made_dist and WHEELS.parent.is_dir() and not any(WHEELS.parent.iterdir()):
+            WHEELS.parent.rmdir()
         for args in (("rm", "--all"), ("rmi", "--all", "--force")):
             subprocess.run(buildah.argv(*args), capture_output=True, timeout=300)
         shutil.rmtree(work, ignore_errors=True)
@@ -146,11 +156,11 @@ def _free_port() -> int:
 
 
 def test_the_image_runs_as_non_root_with_otel_gpu_as_entrypoint_and_no_compiler(built):
-    buildah, _ = built
-    config = json.loads(buildah("inspect", "--type", "image", IMAGE))["OCIv1"]["config"]
+    buildah, image, _ = built
+    config = json.loads(buildah("inspect", "--type", "image", image))["OCIv1"]["config"]
     assert config["Entrypoint"] == ["/opt/otel-gpu/bin/otel-gpu"]
     assert config["User"] == "65532:65532"  # numeric: no passwd entry needed
-    container = buildah("from", IMAGE)
+    container = buildah("from", image)
     try:
         run = ("run", "--isolation", "chroot", container, "--")
         assert buildah(*run, "id", "-u") == "65532"
@@ -164,8 +174,8 @@ def test_the_image_runs_as_non_root_with_otel_gpu_as_entrypoint_and_no_compiler(
 
 
 def test_the_image_serves_metrics_from_the_simulator(built):
-    buildah, timings = built
-    container = buildah("from", IMAGE)
+    buildah, image, timings = built
+    container = buildah("from", image)
     port = _free_port()
     started = time.monotonic()
     proc = subprocess.Popen(

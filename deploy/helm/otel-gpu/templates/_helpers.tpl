@@ -75,3 +75,29 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 {{- toYaml (mergeOverwrite $c .Values.config) }}
 {{- end }}
+
+{{/* Node labels that only GPU nodes carry: any one of them will do (the terms are ORed). */}}
+{{- define "otel-gpu.gpuNodeSelectorTerms" -}}
+- matchExpressions:
+    # NVIDIA GPU Feature Discovery (GPU operator)
+    - {key: nvidia.com/gpu.present, operator: In, values: ["true"]}
+- matchExpressions:
+    # Node Feature Discovery: a PCI device of vendor 10de (NVIDIA)
+    - {key: feature.node.kubernetes.io/pci-10de.present, operator: In, values: ["true"]}
+- matchExpressions:
+    - {key: cloud.google.com/gke-accelerator, operator: Exists}
+- matchExpressions:
+    - {key: k8s.amazonaws.com/accelerator, operator: Exists}
+- matchExpressions:
+    - {key: kubernetes.azure.com/accelerator, operator: Exists}
+{{- end }}
+
+{{/* The pod's affinity: .Values.affinity, plus the GPU-node affinity unless it sets nodeAffinity. */}}
+{{- define "otel-gpu.affinity" -}}
+{{- $affinity := deepCopy (.Values.affinity | default dict) }}
+{{- if and .Values.gpuNodeAffinity.enabled (not (hasKey $affinity "nodeAffinity")) }}
+{{- $terms := concat (include "otel-gpu.gpuNodeSelectorTerms" . | fromYamlArray) .Values.gpuNodeAffinity.extraNodeSelectorTerms }}
+{{- $_ := set $affinity "nodeAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (dict "nodeSelectorTerms" $terms)) }}
+{{- end }}
+{{- if $affinity }}{{ toYaml $affinity }}{{ end }}
+{{- end }}
