@@ -90,6 +90,7 @@ class Discovery:
         device = None if uuid in known else self._describe(index, handle, uuid, worker)
         name = device.name if device is not None else ""
         mig = self._mig(handle, name, worker)
+        worker.current = "nvmlDeviceRegisterEvents"
         registration = register(uuid, handle)
         worker.current = ""
         return Found(index, handle, uuid, device=device, mig=mig, registration=registration)
