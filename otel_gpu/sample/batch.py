@@ -12,6 +12,7 @@ the driver is kept in the device's :class:`~otel_gpu.sample.device.LinkState`.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -33,12 +34,17 @@ from otel_gpu.sample.workers import DeviceWorker
 log = logging.getLogger(__name__)
 
 _VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+_NOT_AVAILABLE = (None, 0xFFFFFFFF, 2**64 - 1, 2**64 - 1, 2**63 - 1, 2**31 - 1, 0xFFFF)
+"""Per value type: all ones in its width (signed: saturated), NVML's "not available"."""
 
 
 def _field_value(entry: Any) -> float | None:
+    """The entry's value; NaN for "not available", so the source's bound omits it (and says
+    so) like any other value that cannot be a reading."""
     kind = int(entry.valueType)
     if 0 <= kind < len(_VALUE_MEMBERS):
-        return float(getattr(entry.value, _VALUE_MEMBERS[kind]))
+        raw = getattr(entry.value, _VALUE_MEMBERS[kind])
+        return math.nan if raw == _NOT_AVAILABLE[kind] else float(raw)
     return None
 
 

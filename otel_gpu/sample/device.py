@@ -58,7 +58,9 @@ class ReadState:
     thread, logged and emptied by the sampler thread once the job is done."""
     not_available: set[str] = field(default_factory=set)
     """Keys NVML answered with a "not available" sentinel or an impossible value, already
-    logged for this device."""
+    noted for this device."""
+    newly_impossible: list[str] = field(default_factory=list)
+    """Such keys (with the value) since the sampler last logged them, as ``newly_unsupported``."""
 
 
 @dataclass

@@ -10,6 +10,7 @@ logged at most every five minutes).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable
 from types import ModuleType
@@ -17,6 +18,7 @@ from types import ModuleType
 from otel_gpu._log import LogLimiter
 from otel_gpu.sample.device import Tracked
 from otel_gpu.sample.library import Outcome, Result, error_name
+from otel_gpu.sample.sources import Source
 
 log = logging.getLogger(__name__)
 
@@ -59,18 +61,47 @@ class Outcomes:
         return None
 
 
+class Bounds:
+    """Drops the values that cannot be readings (:meth:`Source.accepts`): NVML's "not
+    available" answers and values outside physics. Each is noted once per device."""
+
+    def __init__(self, sources: Iterable[Source]) -> None:
+        self._by_key = {s.key: s for s in sources}
+
+    def drop(self, t: Tracked, values: dict[str, float]) -> None:
+        """On the device's worker thread, before the values are used."""
+        for key, value in list(values.items()):
+            src = self._by_key.get(key)
+            if src is None or src.accepts(value):
+                continue
+            del values[key]
+            if key not in t.reads.not_available:
+                t.reads.not_available.add(key)
+                shown = "not available" if math.isnan(value) else f"{value:g}"
+                t.reads.newly_impossible.append(f"{key} ({shown})")
+
+
 def log_unsupported(devices: Iterable[Tracked]) -> None:
-    """One line for the node: each value newly found missing, and on which devices.
+    """One line for the node per kind: each value newly found missing, or answered with
+    what cannot be a reading, and on which devices.
 
     Each (device, value) pair is reported once; values missing on the same
     devices share a clause. Runs on the sampler thread, for devices whose
     worker is idle.
     """
+    _log_missing(devices, "newly_unsupported", "not available, omitted from now on")
+    _log_missing(devices, "newly_impossible",
+                 "NVML answered values that cannot be readings (its \"not available\" "
+                 "value, or out of range), omitted while they last")
+
+
+def _log_missing(devices: Iterable[Tracked], attribute: str, what_happened: str) -> None:
     missing: dict[str, list[str]] = {}
     for t in devices:
-        for what in t.reads.newly_unsupported:
+        noted: list[str] = getattr(t.reads, attribute)
+        for what in noted:
             missing.setdefault(what, []).append(t.short_label())
-        t.reads.newly_unsupported.clear()
+        noted.clear()
     if not missing:
         return
     by_devices: dict[tuple[str, ...], list[str]] = {}
@@ -83,4 +114,4 @@ def log_unsupported(devices: Iterable[Tracked]) -> None:
             f" and {len(labels) - _NAMED} more" if len(labels) > _NAMED else "")
         where = labels[0] if len(labels) == 1 else f"{len(labels)} devices ({shown})"
         clauses.append(f"{', '.join(whats)} on {where}")
-    log.info("not available, omitted from now on: %s", "; ".join(clauses))
+    log.info("%s: %s", what_happened, "; ".join(clauses))

@@ -91,8 +91,11 @@ class ProcessReads:
                 continue  # this driver lacks it: try the older call
             totals: dict[int, list[float]] = {}
             for row in res.value:
+                shares = (row.smUtil, row.memUtil, row.encUtil, row.decUtil)
+                if not all(0 <= share <= 100 for share in shares):
+                    continue  # "not available" (all ones) or impossible: not a sample
                 acc = totals.setdefault(int(row.pid), [0.0, 0.0, 0.0, 0.0, 0.0])
-                for i, value in enumerate((row.smUtil, row.memUtil, row.encUtil, row.decUtil)):
+                for i, value in enumerate(shares):
                     acc[i] += float(value)
                 acc[4] += 1
                 t.procs.seen = max(t.procs.seen, int(row.timeStamp))

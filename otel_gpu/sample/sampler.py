@@ -29,7 +29,7 @@ from otel_gpu.sample.device import Tracked, state_of
 from otel_gpu.sample.discovery import Discovery, mig_profile, unknown_uuid
 from otel_gpu.sample.gpm import GpmCollector
 from otel_gpu.sample.library import Nvml
-from otel_gpu.sample.outcomes import Outcomes, log_unsupported
+from otel_gpu.sample.outcomes import Bounds, Outcomes, log_unsupported
 from otel_gpu.sample.processes import ProcessReads
 from otel_gpu.sample.sources import Source
 from otel_gpu.sample.topology import Topology
@@ -71,6 +71,7 @@ class Sampler:
                                 refresh_every=self._rediscover_every)
         self._procs = ProcessReads(nvml, self._outcomes) if process_usage else None
         self._gpm = GpmCollector(nvml, sources, clock=clock)
+        self._bounds = Bounds(sources)
         self._xid = XidEvents(nvml, max_events=max_events, clock=clock, wall_clock=wall_clock)
         self._workers = Workers(clock)
         self._topology = Topology(Discovery(nvml, sysfs_root=sysfs_root), self._workers,
@@ -198,6 +199,7 @@ class Sampler:
             failure = self._procs.read(t, values, unsupported, worker)
         if failure is None:
             self._gpm.read(t, values, unsupported, worker)
+            self._bounds.drop(t, values)
         else:
             t.gpm.restart()  # after a failure, a new interval starts
             reads.kept.clear()  # and nothing read before it is reused

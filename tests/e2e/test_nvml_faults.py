@@ -54,3 +54,22 @@ def test_a_gpu_hanging_at_start_up_stalls_only_itself(collector, tmp_path, funct
     lines = [ln for ln in proc.lines if "has not returned" in ln]
     assert len(lines) == 1 and "GPU 1 (" in lines[0] and function in lines[0], lines
     assert "Traceback" not in proc.log
+
+
+def test_nvmls_not_available_answers_are_never_exported(collector, tmp_path):
+    sentinels = ("nvmlDeviceGetPowerUsage, nvmlDeviceGetTemperatureV, "
+                 "nvmlDeviceGetUtilizationRates, nvmlDeviceGetClockInfo, POWER_AVERAGE, "
+                 "TOTAL_ENERGY_CONSUMPTION, ECC_SBE_VOL_TOTAL")
+    proc = collector("--simulate", _scenario(tmp_path, f"""temperature: 40
+            utilization: {{gpu: 30, memory: 5}}
+            clocks: {{graphics: 1755, sm: 1755, memory: 2619}}
+            fields: {{TOTAL_ENERGY_CONSUMPTION: 5000, ECC_SBE_VOL_TOTAL: 1}}
+            not_available: [{sentinels}]"""))
+    text = proc.wait_sample(2)
+    assert series(text, "hw_power_watts", hw_id=GOOD)
+    for name in ("hw_power_watts", "hw_temperature_celsius", "hw_gpu_utilization",
+                 "hw_energy_joules_total", "hw_errors_total", "nvidia_gpu_clock_frequency_hertz"):
+        assert not series(text, name, hw_id=BAD), name
+    assert series(text, "hw_status", hw_id=BAD, hw_state="ok")[0][1] == 1
+    lines = [ln for ln in proc.lines if "cannot be readings" in ln]
+    assert len(lines) == 1 and "power (not available)" in lines[0], lines
