@@ -119,4 +119,5 @@ class XidEvents:
                 _instance_id(getattr(res.value, "gpuInstanceId", None)),
                 _instance_id(getattr(res.value, "computeInstanceId", None)),
             ))
-            log.warning("%s reported XID %d", tracked.label(), code)
+            self._storm.log((tracked.device.uuid, code), logging.WARNING,
+                            "%s reported XID %d", tracked.label(), code)
