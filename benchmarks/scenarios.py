@@ -63,8 +63,24 @@ def scenario(node: Node) -> dict:
                 for gi in H100_1G_GI_IDS[:node.mig]
             ]
             entry.pop("processes", None)
+        if entry["count"] > 4:
+            _within_physics(entry)
     data["devices"] = [copy.deepcopy(e) for e in entries]
     return data
+
+
+def _within_physics(entry: dict) -> None:
+    """Past the profile's four GPUs per entry, its per-GPU steps would take percentages past
+    100 and temperatures past 200 C, which the collector omits as impossible: the same
+    reading on every GPU instead."""
+    readings = [entry.get("utilization", {}), entry.get("fields", {}), entry.get("gpm", {})]
+    for group in readings:
+        for key, value in group.items():
+            if isinstance(value, dict) and not key.endswith("_PER_SEC") and key not in (
+                    "TOTAL_ENERGY_CONSUMPTION", "PCIE_COUNT_TX_BYTES", "PCIE_COUNT_RX_BYTES"):
+                value.pop("per_device", None)
+    if isinstance(entry.get("temperature"), dict):
+        entry["temperature"].pop("per_device", None)
 
 
 def write_scenario(node: Node, directory: Path) -> Path:

@@ -75,6 +75,34 @@ def read_text(path: str, what: str, *, max_bytes: int = MAX_BYTES) -> str:
         ) from None
 
 
+SYSFS_MAX_BYTES = 1 << 16
+"""64 KiB: a sysfs attribute is at most a page; a cpulist of thousands of CPUs fits."""
+
+
+def read_sysfs(path: str | os.PathLike[str], *, max_bytes: int = SYSFS_MAX_BYTES) -> str | None:
+    """A sysfs attribute's text, stripped; ``None`` when it is missing or not a plain file.
+
+    The same checks as a user's file (non-blocking open, regular file, bounded read): a
+    FIFO or a device put where an attribute should be cannot block discovery or sampling.
+    Undecodable bytes are replaced; the caller parses (and bounds) what it expects.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, max_bytes + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        return None
+    return data.decode("ascii", "replace").strip()
+
+
 class _Rules:
     """Safe YAML without aliases, without duplicate keys, with bounded depth and size: the
     composer and constructor rules both loaders below apply."""

@@ -142,9 +142,12 @@ def readiness(snapshot: Snapshot | None, now: float, interval: float) -> tuple[b
     if healthy == 0:
         reasons = list(snapshot.errors) + [d.error for d in snapshot.devices if d.error]
         return False, "not ready: no readable GPU: " + ("; ".join(reasons) or "none found")
+    hung = [d.hung for d in snapshot.devices if d.hung and not d.device.is_mig]
     return True, (
         f"ready: {healthy} of {len(snapshot.devices)} device(s) readable, "
         f"sample {snapshot.seq} finished {age:.1f} s ago"
+        + (f"; hung: {'; '.join(hung[:3])}" + (f" and {len(hung) - 3} more" if len(hung) > 3
+                                               else "") if hung else "")
     )
 
 

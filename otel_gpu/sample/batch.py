@@ -5,18 +5,20 @@ call per device. A field with a call of its own (its ``fallback``) leaves the ba
 on a device whose driver does not answer it, decided on the first answer; a driver
 refusing the whole call is asked once more without those. Where the driver answers
 the NVLink link states in the batch as the call per link does (compared once), they
-come in the same call too. Part of :class:`otel_gpu.sample.sampler.Sampler`, run on
-the device's worker thread.
+come in the same call too. Run on the device's worker thread; what it learns about
+the driver is kept in the device's :class:`~otel_gpu.sample.device.LinkState`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from types import ModuleType
-from typing import TYPE_CHECKING, Any
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
 
+from otel_gpu.sample.device import Tracked
 from otel_gpu.sample.library import Nvml, Outcome, Result, classify, error_name
+from otel_gpu.sample.outcomes import Outcomes
 from otel_gpu.sample.sources import (
     ALL_LINKS,
     LINK_COUNT,
@@ -29,36 +31,37 @@ from otel_gpu.sample.sources import (
 )
 from otel_gpu.sample.workers import DeviceWorker
 
-if TYPE_CHECKING:
-    from otel_gpu.sample.sampler import _Tracked
-
-log = logging.getLogger("otel_gpu.sample.sampler")
+log = logging.getLogger(__name__)
 
 _VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+_NOT_AVAILABLE = (None, 0xFFFFFFFF, 2**64 - 1, 2**64 - 1, 2**63 - 1, 2**31 - 1, 0xFFFF)
+"""Per value type: all ones in its width (signed: saturated), NVML's "not available"."""
 
 
 def _field_value(entry: Any) -> float | None:
+    """The entry's value; NaN for "not available", so the source's bound omits it (and says
+    so) like any other value that cannot be a reading."""
     kind = int(entry.valueType)
     if 0 <= kind < len(_VALUE_MEMBERS):
-        return float(getattr(entry.value, _VALUE_MEMBERS[kind]))
+        raw = getattr(entry.value, _VALUE_MEMBERS[kind])
+        return math.nan if raw == _NOT_AVAILABLE[kind] else float(raw)
     return None
 
 
-class BatchReads:
-    """The sampler's batched reads; it provides the NVML door, the fields the catalog
-    needs, whether any is an NVLink one, and :meth:`_outcome`."""
+class FieldReads:
+    """The batched field reads of the catalog's field sources, one device at a time."""
 
-    _nvml: Nvml
-    _m: ModuleType
-    _fields: tuple[Source, ...]
-    _nvlink: bool
+    def __init__(self, nvml: Nvml, sources: Iterable[Source], outcomes: Outcomes) -> None:
+        self._nvml = nvml
+        self._m = nvml.module
+        sources = tuple(sources)
+        self._fields: tuple[Source, ...] = tuple(s for s in sources if s.field_id is not None)
+        # The link states are read before the fields: the NVLink fields need the active links.
+        self.nvlink = any(s.nvlink is not None or s.reader is NVLINK_STATES for s in sources)
+        self._outcomes = outcomes
 
-    def _outcome(self, t: _Tracked, what: str, res: Result, unsupported: list[str]
-                 ) -> str | None:
-        raise NotImplementedError
-
-    def _read_fields(
-        self, t: _Tracked, values: dict[str, float], unsupported: list[str],
+    def read(
+        self, t: Tracked, values: dict[str, float], unsupported: list[str],
         worker: DeviceWorker, retry: set[str],
     ) -> str | None:
         """The batched fields; the keys whose call must stand in this time go in ``retry``.
@@ -70,22 +73,22 @@ class BatchReads:
         """
         states = self._states_batched(t)
         if states:
-            links = t.active_links
+            links = t.links.active_links
         else:
             links, failure = self._read_links(t, values, unsupported, worker)
             if failure is not None:
                 return failure
         check = states or self._states_checkable(t)
-        wanted = [s for s in self._fields if s.key not in t.unsupported
-                  and s.key not in t.unbatched
+        wanted = [s for s in self._fields if s.key not in t.reads.unsupported
+                  and s.key not in t.links.unbatched
                   and (s.nvlink is None or links)]  # no NVLink series without an active link
-        if not (wanted or check) or "fields" in t.unsupported:
+        if not (wanted or check) or "fields" in t.reads.unsupported:
             return None
         m = self._m
         while True:
             requests = self._requests(t, wanted, links)
             if check:
-                requests += [(NVLINK_STATE, link) for link in range(t.link_count)]
+                requests += [(NVLINK_STATE, link) for link in range(t.links.link_count)]
             worker.current = "field values"
             res = self._nvml.call(m.nvmlDeviceGetFieldValues, t.handle,
                                   [(src.field_id, scope) for src, scope in requests])
@@ -94,13 +97,13 @@ class BatchReads:
                 break
             # A driver refusing the whole call may not know one of the newer ids: ask once
             # more without the values that have a call of their own, which give them.
-            t.unbatched.update(newer)
+            t.links.unbatched.update(newer)
             retry.update(newer)
             log.debug("%s: the batched call was refused (%s); asking again without %s, read "
                       "with their own calls from now on", t.label(), error_name(res.code, m),
                       ", ".join(newer + ([NVLINK_STATE.key] if check else [])))
             if check:
-                t.states_batched = False
+                t.links.states_batched = False
             if states:
                 links, failure = self._read_links(t, values, unsupported, worker)
                 if failure is not None:
@@ -117,7 +120,7 @@ class BatchReads:
                     _, failure = self._read_links(t, values, unsupported, worker)
                     if failure is not None:
                         return failure
-            return self._outcome(t, "fields", res, unsupported)
+            return self._outcomes.act(t, "fields", res, unsupported)
         answers: dict[str, dict[int, tuple[int, float | None]]] = {}
         for (src, scope), entry in zip(requests, res.value, strict=False):
             code = int(entry.nvmlReturn)
@@ -147,10 +150,10 @@ class BatchReads:
                 # this sample only for another error.
                 retry.add(src.key)
                 if outcome is Outcome.UNSUPPORTED:
-                    t.unbatched.add(src.key)
+                    t.links.unbatched.add(src.key)
                     unbatched.append(f"{src.key} ({error_name(code, m)})")
                 continue
-            failure = self._outcome(
+            failure = self._outcomes.act(
                 t, src.key, Result(None, outcome, code, error_name(code, m)), unsupported
             )
             if failure is not None:
@@ -161,7 +164,7 @@ class BatchReads:
         return None
 
     @staticmethod
-    def _requests(t: _Tracked, wanted: list[Source], links: tuple[int, ...],
+    def _requests(t: Tracked, wanted: list[Source], links: tuple[int, ...],
                   ) -> list[tuple[Source, int]]:
         """The (field, scope) pairs to ask for ``wanted``."""
         requests: list[tuple[Source, int]] = []
@@ -169,7 +172,7 @@ class BatchReads:
             if src.nvlink is NvLink.LINKS:
                 # Until the driver has shown whether it answers the all-links scope, ask
                 # for both in the same call.
-                total = t.link_totals.get(src.key)
+                total = t.links.link_totals.get(src.key)
                 if total is not False:
                     requests.append((src, ALL_LINKS))
                 if total is not True:
@@ -178,18 +181,18 @@ class BatchReads:
                 requests.append((src, 0))
         return requests
 
-    def _states_batched(self, t: _Tracked) -> bool:
+    def _states_batched(self, t: Tracked) -> bool:
         """Whether this device's link states come in the batch (decided on its first read)."""
-        return (self._nvlink and t.states_batched is True and NVLINK_STATES.name not in
-                t.unsupported and "fields" not in t.unsupported)
+        return (self.nvlink and t.links.states_batched is True and NVLINK_STATES.name not in
+                t.reads.unsupported and "fields" not in t.reads.unsupported)
 
-    def _states_checkable(self, t: _Tracked) -> bool:
+    def _states_checkable(self, t: Tracked) -> bool:
         """Whether to ask the batch for the link states too, to compare with the calls."""
-        return (self._nvlink and t.states_batched is None and t.link_count > 0
-                and NVLINK_STATES.name not in t.unsupported)
+        return (self.nvlink and t.links.states_batched is None and t.links.link_count > 0
+                and NVLINK_STATES.name not in t.reads.unsupported)
 
     def _batched_links(
-        self, t: _Tracked, values: dict[str, float],
+        self, t: Tracked, values: dict[str, float],
         states: Mapping[int, tuple[int, float | None]], links: tuple[int, ...], batched: bool,
         unsupported: list[str], worker: DeviceWorker,
     ) -> tuple[tuple[int, ...], str | None]:
@@ -201,48 +204,48 @@ class BatchReads:
         """
         m = self._m
         answered = [states.get(link, (m.NVML_ERROR_NOT_SUPPORTED, None))
-                    for link in range(t.link_count)]
+                    for link in range(t.links.link_count)]
         failed = [code for code, _ in answered if code != m.NVML_SUCCESS]
         active = () if failed else tuple(
             link for link, (_, value) in enumerate(answered)
             if value == m.NVML_NVLINK_STATE_ACTIVE)
         if not batched:
-            t.states_batched = not failed and active == links
-            if not t.states_batched:
+            t.links.states_batched = not failed and active == links
+            if not t.links.states_batched:
                 log.debug("%s: the batched NVLink states do not match the calls per link "
                           "(%s); asking each link from now on", t.label(),
                           ", ".join(error_name(c, m) for c in failed) or "different states")
             return links, None
         if failed:
             if any(classify(code, m) is Outcome.UNSUPPORTED for code in failed):
-                t.states_batched = False
+                t.links.states_batched = False
             return self._read_links(t, values, unsupported, worker)
-        t.active_links = active
+        t.links.active_links = active
         if active:
             values[NVLINK_LINKS.key] = len(active)
             values[NVLINK_ACTIVE.key] = sum(1 << link for link in active)
         return active, None
 
     def _read_links(
-        self, t: _Tracked, values: dict[str, float], unsupported: list[str],
+        self, t: Tracked, values: dict[str, float], unsupported: list[str],
         worker: DeviceWorker,
     ) -> tuple[tuple[int, ...], str | None]:
         """The device's active NVLink links, one call per link (none: no NVLink values)."""
-        if not self._nvlink or NVLINK_STATES.name in t.unsupported:
+        if not self.nvlink or NVLINK_STATES.name in t.reads.unsupported:
             return (), None
         worker.current = NVLINK_STATES.name
         res = self._nvml.call(NVLINK_STATES.read, self._m, t.handle)
         if not res.ok:
-            return (), self._outcome(t, NVLINK_STATES.name, res, unsupported)
+            return (), self._outcomes.act(t, NVLINK_STATES.name, res, unsupported)
         answer = dict(res.value)
-        t.link_count = int(answer.pop(LINK_COUNT, 0))
+        t.links.link_count = int(answer.pop(LINK_COUNT, 0))
         values.update(answer)
         mask = int(answer.get(NVLINK_ACTIVE.key, 0))
-        t.active_links = tuple(link for link in range(mask.bit_length()) if mask >> link & 1)
-        return t.active_links, None
+        t.links.active_links = tuple(link for link in range(mask.bit_length()) if mask >> link & 1)
+        return t.links.active_links, None
 
     def _link_sum(
-        self, t: _Tracked, src: Source, got: Mapping[int, tuple[int, float | None]],
+        self, t: Tracked, src: Source, got: Mapping[int, tuple[int, float | None]],
         links: tuple[int, ...],
     ) -> tuple[int, float | None]:
         """A links field's total: the all-links scope's answer, else the active links' sum.
@@ -254,17 +257,17 @@ class BatchReads:
         m = self._m
         total = got.get(ALL_LINKS)
         if total is not None and total[0] == m.NVML_SUCCESS:
-            t.link_totals[src.key] = True
+            t.links.link_totals[src.key] = True
             return total
         per_link = [got[link] for link in links if link in got]
         if not per_link:  # the all-links scope answered before: ask for both again next time
-            t.link_totals.pop(src.key, None)
+            t.links.link_totals.pop(src.key, None)
             return m.NVML_SUCCESS, None
         for code, _ in per_link:
             if code != m.NVML_SUCCESS:
                 return code, None
         if total is not None:
-            t.link_totals[src.key] = False
+            t.links.link_totals[src.key] = False
         if len(per_link) < len(links):
             return m.NVML_SUCCESS, None
         return m.NVML_SUCCESS, sum(v for _, v in per_link if v is not None)

@@ -104,6 +104,51 @@ class Result:
         return self.outcome is Outcome.OK
 
 
+_active = threading.local()
+"""The :class:`Nvml` whose :meth:`Nvml.call` runs on this thread, if any: it is charged
+with every C function the call reaches."""
+
+
+class _Counted:
+    """A C function pointer of libnvidia-ml that charges each call to the running
+    :meth:`Nvml.call`; attributes (pynvml sets ``restype``) go to the pointer."""
+
+    __slots__ = ("_fn",)
+
+    def __init__(self, fn: Any) -> None:
+        object.__setattr__(self, "_fn", fn)
+
+    def __call__(self, *args: Any) -> Any:
+        nvml: Nvml | None = getattr(_active, "nvml", None)
+        if nvml is not None:
+            nvml._count()
+        return self._fn(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fn, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._fn, name, value)
+
+
+def _count_library_calls(module: ModuleType) -> None:
+    """Make every C function pynvml looks up count itself (once per module).
+
+    A pynvml function may call the library more than once (a list is asked for its
+    size first), and a reader may make several calls: counting at the library says
+    what the driver is asked, not how often the collector called into Python.
+    """
+    lookup = getattr(module, "_nvmlGetFunctionPointer", None)
+    if lookup is None or getattr(lookup, "_counted", False):
+        return
+
+    def counted(name: str) -> _Counted:
+        return _Counted(lookup(name))
+
+    counted._counted = True  # type: ignore[attr-defined]
+    module._nvmlGetFunctionPointer = counted  # type: ignore[attr-defined]
+
+
 class NvmlUnavailable(RuntimeError):
     """NVML could not be initialised: no driver, or no library."""
 
@@ -120,10 +165,16 @@ class Nvml:
         self._calls = 0
         self._lock = threading.Lock()
         self._initialised = False
+        _count_library_calls(module)
 
     @property
     def calls(self) -> int:
+        """Calls into the library made by :meth:`call` since start, each C call counted."""
         return self._calls
+
+    def _count(self) -> None:
+        with self._lock:
+            self._calls += 1
 
     def init(self) -> None:
         if self._initialised:
@@ -144,11 +195,16 @@ class Nvml:
             self.module.nvmlShutdown()
 
     def call(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Result:
-        """Run one pynvml function; never raises ``NVMLError``."""
-        with self._lock:
-            self._calls += 1
+        """Run one pynvml function (or a reader making several); never raises ``NVMLError``.
+
+        Every call it makes into the library is counted in :attr:`calls`.
+        """
+        outer = getattr(_active, "nvml", None)
+        _active.nvml = self
         try:
             return Result(func(*args, **kwargs))
         except self.module.NVMLError as exc:
             code = exc.value
             return Result(None, classify(code, self.module), code, str(exc))
+        finally:
+            _active.nvml = outer

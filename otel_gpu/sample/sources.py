@@ -21,6 +21,7 @@ above it stay free of the driver binding.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
@@ -57,10 +58,29 @@ class Reader:
         return f"Reader({self.name!r})"
 
 
+ALL_ONES_32 = 0xFFFFFFFF
+"""NVML's "not available" answer in a 32-bit value (``NVML_VALUE_NOT_AVAILABLE``)."""
+SATURATED_64 = 0x7FFFFFFFFFFFFFFF
+"""A 64-bit value at or past this is all ones (signed or not), or saturated: never a count."""
+BOUNDS: Mapping[str, tuple[float, float]] = {
+    "%": (0.0, 100.0),
+    "Cel": (0.0, 200.0),
+    "mW": (0.0, 10_000_000.0),  # 10 kW
+    "MHz": (0.0, 10_000.0),  # 10 GHz
+}
+"""The physical range of a raw value by NVML unit (inclusive); other units: at least 0."""
+WIDE_UNITS = frozenset({"By", "mJ", "ns", "{error}", "KiB", "bitmask", "MiB/s"})
+"""Units NVML gives in 64-bit values; every other unit's value is 32 bits wide."""
+
+
 @dataclass(frozen=True)
 class Source:
     """One raw NVML value: a batched field (``field_id``), a key of ``reader``'s answer,
-    or GPM metrics (``gpm``: their ids; several are averaged, e.g. one per NVDEC engine)."""
+    or GPM metrics (``gpm``: their ids; several are averaged, e.g. one per NVDEC engine).
+
+    Its bound (``minimum``, ``maximum``, ``width``: derived from ``unit`` unless given)
+    says what can be a reading: :meth:`accepts`.
+    """
 
     key: str
     nvml: str
@@ -74,6 +94,21 @@ class Source:
     """An NVLink field: read only on a GPU with an active NVLink link (see :class:`NvLink`)."""
     fallback: Reader | None = None
     """A field's plain call, read on a device whose driver does not answer the field."""
+    minimum: float | None = None
+    maximum: float | None = None
+    """The physical range of the raw value (inclusive); None: from the unit (:data:`BOUNDS`)."""
+    width: int = 0
+    """The C width of the value, 32 or 64 bits; 0: from the unit (:data:`WIDE_UNITS`)."""
+
+    def accepts(self, value: float) -> bool:
+        """Whether ``value`` can be a reading: finite, not NVML's "not available" (all ones
+        or saturated in the value's width), and within the physical range."""
+        low, high = BOUNDS.get(self.unit, (0.0, math.inf))
+        low = low if self.minimum is None else self.minimum
+        high = high if self.maximum is None else self.maximum
+        wide = self.width == 64 or (self.width == 0 and self.unit in WIDE_UNITS)
+        return (math.isfinite(value) and low <= value <= high
+                and value < (SATURATED_64 if wide else ALL_ONES_32))
 
     def __post_init__(self) -> None:
         if (self.field_id is not None) + (self.reader is not None) + bool(self.gpm) != 1:

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class Job:
@@ -71,3 +74,54 @@ class DeviceWorker:
                 job.error = exc
             finally:
                 job.done.set()
+
+
+class Workers:
+    """The node's workers, one per GPU index, and rounds of jobs under one deadline.
+
+    A GPU keeps its worker across rediscoveries (the thread may be stuck in a call
+    of an earlier round); a worker still busy is given no new job.
+    """
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._workers: dict[int, DeviceWorker] = {}
+
+    def get(self, index: int) -> DeviceWorker:
+        worker = self._workers.get(index)
+        if worker is None:
+            worker = self._workers[index] = DeviceWorker(f"otel-gpu-read-{index}")
+        return worker
+
+    def busy(self, index: int | None = None) -> bool:
+        """Whether a call on GPU ``index`` (any GPU, if None) is still running."""
+        if index is None:
+            return any(w.busy for w in self._workers.values())
+        worker = self._workers.get(index)
+        return worker is not None and worker.busy
+
+    def run(self, jobs: Mapping[int, Callable[[DeviceWorker], T]], timeout: float
+            ) -> dict[int, T]:
+        """Each job on its GPU's worker (skipped where it is busy), all within ``timeout``:
+        the results of those that finished in time. A job's exception is raised here."""
+        now = self._clock()
+        started: dict[int, Job] = {}
+        for index, run in jobs.items():
+            worker = self.get(index)
+            if not worker.busy:
+                started[index] = worker.submit(partial(run, worker), now)
+        deadline = now + timeout
+        for job in started.values():
+            job.done.wait(max(0.0, deadline - self._clock()))
+        out: dict[int, T] = {}
+        for index, job in started.items():
+            if job.done.is_set():
+                if job.error is not None:
+                    raise job.error  # a bug, not the driver: the pipeline logs and backs off
+                out[index] = job.result
+        return out
+
+    def close(self, keep: int | None = None) -> None:
+        """End the threads of GPU indexes from ``keep`` on (all, if None)."""
+        for index in [i for i in self._workers if keep is None or i >= keep]:
+            self._workers.pop(index).close()

@@ -114,6 +114,10 @@ Meaning of each key:
   name without the prefix); field names make only that field entry fail.
   The top-level ``errors`` takes the system-level symbols (init, shutdown,
   driver/NVML version, device count, event sets).
+* ``not_available``: C symbol and field names, as ``unsupported``: the call
+  answers SUCCESS with every output set to all ones in its C width
+  (``0xFFFFFFFF``, ``0xFFFFFFFFFFFFFFFF``: NVML's "not available" value), the
+  field entry SUCCESS with its value so (GPUs only; not the process lists).
 * ``lost_after: N``: from sample N+1 on, every call on this GPU's handle or its
   MIG handles (and looking it up by index or UUID) answers
   ``NVML_ERROR_GPU_IS_LOST``; the device count does not change.
@@ -244,6 +248,8 @@ NOT_AVAILABLE_ID = 0xFFFFFFFF
 
 U32_MAX = 2**32 - 1
 U64_MAX = 2**64 - 1
+NOT_AVAILABLE = 0x7FFF0001
+"""Not an NVML code: the fault a device's ``not_available`` injects (SUCCESS, all ones)."""
 _UUID_NAMESPACE = uuidlib.UUID("6f8c5b4e-2d1a-4e3b-9c7d-0a1b2c3d4e5f")
 
 SYSTEM_SYMBOLS = frozenset({
@@ -715,7 +721,7 @@ class _Parser:
             "clock_event_reasons", "fan_speed", "fields", "processes", "unsupported",
             "no_permission", "errors", "lost_after", "slow", "xid", "mig_capable", "mig", "gpm",
             "power_limits", "performance_state", "max_clocks", "pcie", "violations",
-            "row_remap_histogram", "nvlink")
+            "row_remap_histogram", "nvlink", "not_available")
     _MIG = ("profile", "gpu_instance_id", "compute_instance_id", "uuid", "memory", "processes",
             "unsupported", "no_permission", "errors", "from_sample", "until_sample", "gpm",
             "gi_profile_id", "placement_start")
@@ -885,7 +891,8 @@ class _Parser:
             bucket[key] = code
 
         for key, code in (("unsupported", pynvml.NVML_ERROR_NOT_SUPPORTED),
-                          ("no_permission", pynvml.NVML_ERROR_NO_PERMISSION)):
+                          ("no_permission", pynvml.NVML_ERROR_NO_PERMISSION),
+                          ("not_available", NOT_AVAILABLE)):
             for i, target in enumerate(self.sequence(_at(path, key), raw.get(key, []))):
                 add(f"{_at(path, key)}[{i}]", target, code)
         errors = raw.get("errors", {})

@@ -20,12 +20,13 @@ from otel_gpu.sim.driver._core import arg_int
 from otel_gpu.sim.driver.fields import PLAIN
 from tests.support.nvml import SOURCES
 
-CALLS_PER_GPU_PER_SAMPLE = {False: 17.25, True: 18.25}
-"""NVML calls per GPU per sample on h100x8, process usage off and on (it adds the
-per-process utilization call): the batched field call, the 14 calls NVML has no field id
-for (memory, utilization, encoder, decoder, temperature, four clocks, clock event
-reasons, P-state, PCIe generation and width, processes), GPM's two, and the node's two
-(device count, XID event wait) shared by the 8 GPUs. It was 28.25 with power, two power
+CALLS_PER_GPU_PER_SAMPLE = {False: 17.5, True: 18.5}
+"""NVML calls per GPU per sample on h100x8, counted at the library, process usage off and
+on (it adds the per-process utilization call): the batched field call, the 14 calls NVML
+has no field id for (memory, utilization, encoder, decoder, temperature, four clocks,
+clock event reasons, P-state, PCIe generation and width, processes: asked for its size,
+then filled, on the two GPUs running processes), GPM's two, and the node's two (device
+count, XID event wait) shared by the 8 GPUs. It was 28.25 with power, two power
 limits, six violation times, the row remap histogram and the NVLink link states (19 calls
 counted as one) read on their own every sample."""
 

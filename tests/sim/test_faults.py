@@ -97,3 +97,34 @@ def test_slow_sleeps_through_the_injected_sleep(nvml):
     pynvml.nvmlDeviceGetTemperature(pynvml.nvmlDeviceGetHandleByIndex(1),
                                     pynvml.NVML_TEMPERATURE_GPU)
     assert slept == [2.5]
+
+
+def test_not_available_answers_success_with_all_ones_in_the_c_width(nvml):
+    nvml("""
+        devices:
+          - name: NVIDIA H100 80GB HBM3
+            memory: {total: 1000, used: 10}
+            power: 100000
+            power_limits: {current: 650000, enforced: 640000, default: 700000}
+            fields: {TOTAL_ENERGY_CONSUMPTION: 5}
+            not_available: [nvmlDeviceGetPowerUsage, nvmlDeviceGetMemoryInfo_v2,
+                            TOTAL_ENERGY_CONSUMPTION, nvmlDeviceGetEnforcedPowerLimit]
+          - name: NVIDIA H100 80GB HBM3
+            memory: {total: 1000, used: 10}
+            power: 100000
+    """)
+    next_sample()
+    gpu, other = (pynvml.nvmlDeviceGetHandleByIndex(i) for i in (0, 1))
+    assert pynvml.nvmlDeviceGetPowerUsage(gpu) == 0xFFFFFFFF
+    assert pynvml.nvmlDeviceGetPowerUsage(other) == 100000  # that device only
+    memory = pynvml.nvmlDeviceGetMemoryInfo(gpu, version=pynvml.nvmlMemory_v2)
+    assert memory.total == memory.used == 2**64 - 1
+    energy, enforced, current = pynvml.nvmlDeviceGetFieldValues(gpu, [
+        pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT,
+        pynvml.NVML_FI_DEV_POWER_REQUESTED_LIMIT])
+    assert energy.nvmlReturn == enforced.nvmlReturn == pynvml.NVML_SUCCESS
+    assert energy.valueType == pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+    assert energy.value.ullVal == 2**64 - 1
+    assert enforced.valueType == pynvml.NVML_VALUE_TYPE_UNSIGNED_INT  # as its call: 32 bits
+    assert enforced.value.uiVal == 0xFFFFFFFF
+    assert current.value.uiVal == 650000

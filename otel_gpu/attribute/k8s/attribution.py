@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from otel_gpu._files import read_sysfs
 from otel_gpu.attribute.k8s.device_ids import (
     DeviceRef,
     DeviceResolver,
@@ -120,7 +121,7 @@ class _Sysfs:
         if bdf is None:
             return None
         if bdf not in self._pci:
-            text = _read(self._root / "sys" / "bus" / "pci" / "devices" / bdf / "numa_node")
+            text = read_sysfs(self._root / "sys" / "bus" / "pci" / "devices" / bdf / "numa_node")
             try:
                 node = int(text.strip()) if text is not None else -1
             except ValueError:

@@ -23,6 +23,7 @@ import pynvml
 
 from otel_gpu.sim.scenario import (
     MIG_SYMBOLS,
+    NOT_AVAILABLE,
     SYSTEM_SYMBOLS,
     U32_MAX,
     Faults,
@@ -77,6 +78,11 @@ class Symbol:
             result = self._impl(*args)
         except Fail as fail:
             return fail.code
+        if result is None and args and self._fake.not_available(self.__name__, args[0]):
+            for arg in args[1:]:  # every output of the call: all ones in its C width
+                out = getattr(arg, "_obj", None)
+                if out is not None:
+                    ctypes.memset(ctypes.addressof(out), 0xFF, ctypes.sizeof(out))
         return pynvml.NVML_SUCCESS if result is None else result
 
     def __repr__(self) -> str:
@@ -188,6 +194,12 @@ class DriverCore:
             if name == "nvmlDeviceGetCount_v2":
                 self._sample += 1
 
+    def not_available(self, symbol: str, handle: Any) -> bool:
+        """Whether the scenario makes ``symbol`` answer NVML's "not available" value on the
+        device of ``handle``."""
+        target = self._targets.get(token_of(handle) or 0)
+        return target is not None and target.faults.calls.get(symbol) == NOT_AVAILABLE
+
     @property
     def total_calls(self) -> int:
         with self._lock:
@@ -235,7 +247,7 @@ class DriverCore:
             raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)  # a handle from before a re-layout
         self.delay((symbol,), gpu, sample)
         code = target.faults.calls.get(symbol)
-        if code:
+        if code and code != NOT_AVAILABLE:
             raise Fail(code)
         if target.mig is not None and symbol not in MIG_SYMBOLS:
             if symbol == "nvmlDeviceGetMigDeviceHandleByIndex":

@@ -28,6 +28,7 @@ import pynvml
 
 from otel_gpu.sim.driver._core import DriverCore, arg_int, c_symbol, deref
 from otel_gpu.sim.scenario import (
+    NOT_AVAILABLE,
     NVLINK_FIELDS,
     U32_MAX,
     U64_MAX,
@@ -141,6 +142,9 @@ class FieldSymbols(DriverCore):
                     continue
             if code is None and spec is None:
                 code = pynvml.NVML_ERROR_NOT_SUPPORTED
+            if code == NOT_AVAILABLE:
+                self._not_available(entry)
+                continue
             if code:
                 entry.nvmlReturn = code
                 continue
@@ -155,6 +159,18 @@ class FieldSymbols(DriverCore):
             else:
                 entry.valueType = pynvml.NVML_VALUE_TYPE_DOUBLE
                 entry.value.dVal = float(value)
+
+    @staticmethod
+    def _not_available(entry: Any) -> None:
+        """SUCCESS with all ones in the value's C width: NVML's "not available"."""
+        entry.nvmlReturn = pynvml.NVML_SUCCESS
+        plain = PLAIN.get(entry.fieldId)
+        if (plain is not None and plain[2] == U32_MAX) or entry.fieldId == _LINK_STATE:
+            entry.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+            entry.value.uiVal = U32_MAX
+        else:
+            entry.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+            entry.value.ullVal = U64_MAX
 
     def _plain(self, entry: Any, gpu: GpuSpec, sample: int) -> int | None:
         """Fill a :data:`PLAIN` entry as its call would answer; the error code, if any."""

@@ -1,0 +1,117 @@
+"""What a failed read means for its device, and the node's one line of missing values.
+
+Every reader (batched fields, plain calls, process reads) hands a failed
+:class:`~otel_gpu.sample.library.Result` to :meth:`Outcomes.act`: a lost
+device is failed, a destroyed MIG instance asks for rediscovery, a value the
+device cannot give is omitted from then on, anything else is retried (and
+logged at most every five minutes).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable
+from types import ModuleType
+
+from otel_gpu._log import LogLimiter
+from otel_gpu.sample.device import Tracked
+from otel_gpu.sample.library import Outcome, Result, error_name
+from otel_gpu.sample.sources import Source
+
+log = logging.getLogger(__name__)
+
+_NAMED = 8
+"""Devices named in one "not available" line; the rest are counted (a node may have 512)."""
+
+
+class Outcomes:
+    """Acts on failed reads; ``topology_changed`` is raised from a worker thread and read
+    (and lowered) by the sampler thread at its next discovery."""
+
+    def __init__(self, module: ModuleType, *, clock: Callable[[], float] = time.monotonic
+                 ) -> None:
+        self._m = module
+        self._gone_codes = frozenset(
+            getattr(module, name) for name in ("NVML_ERROR_INVALID_ARGUMENT",
+                                               "NVML_ERROR_NOT_FOUND") if hasattr(module, name)
+        )
+        self._limited = LogLimiter(log, 300.0, clock=clock)
+        self.topology_changed = False
+
+    def act(self, t: Tracked, what: str, res: Result, unsupported: list[str]) -> str | None:
+        """Act on a failed read; returns the failure text when the device failed."""
+        if res.outcome is Outcome.DEVICE_FAILED:
+            return f"{res.message} ({error_name(res.code, self._m)}) in {what}"
+        if t.device.is_mig and res.code in self._gone_codes:
+            # The instance was destroyed (a MIG re-layout): rediscover on the next sample.
+            if not self.topology_changed:
+                log.warning("%s is gone (%s): rediscovering", t.label(),
+                            error_name(res.code, self._m))
+            self.topology_changed = True
+            return None
+        if res.outcome is Outcome.UNSUPPORTED:
+            t.reads.unsupported.add(what)
+            unsupported.append(f"{what} ({error_name(res.code, self._m)})")
+        else:
+            self._limited.log((t.device.uuid, what), logging.WARNING,
+                              "%s: reading %s failed (%s); retrying next sample",
+                              t.label(), what, res.message)
+        return None
+
+
+class Bounds:
+    """Drops the values that cannot be readings (:meth:`Source.accepts`): NVML's "not
+    available" answers and values outside physics. Each is noted once per device."""
+
+    def __init__(self, sources: Iterable[Source]) -> None:
+        self._by_key = {s.key: s for s in sources}
+
+    def drop(self, t: Tracked, values: dict[str, float]) -> None:
+        """On the device's worker thread, before the values are used."""
+        for key, value in list(values.items()):
+            src = self._by_key.get(key)
+            if src is None or src.accepts(value):
+                continue
+            del values[key]
+            if key not in t.reads.not_available:
+                t.reads.not_available.add(key)
+                shown = "not available" if math.isnan(value) else f"{value:g}"
+                t.reads.newly_impossible.append(f"{key} ({shown})")
+
+
+def log_unsupported(devices: Iterable[Tracked]) -> None:
+    """One line for the node per kind: each value newly found missing, or answered with
+    what cannot be a reading, and on which devices.
+
+    Each (device, value) pair is reported once; values missing on the same
+    devices share a clause. Runs on the sampler thread, for devices whose
+    worker is idle.
+    """
+    _log_missing(devices, "newly_unsupported", "not available, omitted from now on")
+    _log_missing(devices, "newly_impossible",
+                 "NVML answered values that cannot be readings (its \"not available\" "
+                 "value, or out of range), omitted while they last")
+
+
+def _log_missing(devices: Iterable[Tracked], attribute: str, what_happened: str) -> None:
+    missing: dict[str, list[str]] = {}
+    for t in devices:
+        noted: list[str] = getattr(t.reads, attribute)
+        for what in noted:
+            missing.setdefault(what, []).append(t.short_label())
+        noted.clear()
+    if not missing:
+        return
+    by_devices: dict[tuple[str, ...], list[str]] = {}
+    for what, labels in missing.items():
+        by_devices.setdefault(tuple(labels), []).append(what)
+    clauses = []
+    for names, whats in by_devices.items():
+        labels = list(names)
+        shown = ", ".join(labels[:_NAMED]) + (
+            f" and {len(labels) - _NAMED} more" if len(labels) > _NAMED else "")
+        where = labels[0] if len(labels) == 1 else f"{len(labels)} devices ({shown})"
+        clauses.append(f"{', '.join(whats)} on {where}")
+    log.info("%s: %s", what_happened, "; ".join(clauses))
