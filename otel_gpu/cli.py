@@ -15,12 +15,15 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from otel_gpu import __version__
 from otel_gpu._log import configure as configure_logging
 from otel_gpu.config import CONFIG_ENV, OPTIONS, Config, Option, load
 from otel_gpu.errors import SetupError
+
+if TYPE_CHECKING:
+    from otel_gpu.sample.library import Nvml
 
 log = logging.getLogger("otel_gpu")
 
@@ -42,18 +45,6 @@ def _die(message: str) -> NoReturn:
     raise SystemExit(EXIT_USAGE)
 
 
-# Settings that only a running service uses: ``check`` samples once, prints, and never
-# listens, waits between samples, keeps state for later, renders names or pushes. Its
-# help leaves them out; it still accepts them (so one set of arguments serves both) and
-# refuses a bad value, as ``serve`` would.
-SERVE_ONLY = frozenset({
-    "listen", "health_listen", "interval", "node_name", "kubelet_interval",
-    "kubelet_grace_period", "dcgm_hostname_label", "dcgm_shared_gpu_copies", "dcgm_devices",
-    "dcgm_pod_label_style", "pod_identity", "otlp_compression", "otlp_timeout",
-    "otlp_interval", "otlp_temporality", "device_attributes",
-})
-
-
 def help_text(option: Option) -> str:
     """The row's help, its variable, and its default as the user would write it, once.
 
@@ -72,7 +63,7 @@ def _common(parser: argparse.ArgumentParser, suppress: bool, *, check: bool = Fa
     parser.add_argument("--config", metavar="FILE", default=default,
                         help=f"YAML configuration file (also ${CONFIG_ENV})")
     for option in OPTIONS:
-        hidden = check and option.key in SERVE_ONLY
+        hidden = check and option.serve_only
         parser.add_argument(
             *option.flags, dest=option.key, metavar=option.metavar, default=default,
             help=argparse.SUPPRESS if hidden else help_text(option),
@@ -136,7 +127,7 @@ def _check_files(config: Config) -> None:
         _die(str(exc))
 
 
-def _open_nvml(config: Config):
+def _open_nvml(config: Config) -> Nvml:
     from otel_gpu.sample.library import NvmlUnavailable
     from otel_gpu.wiring import open_nvml
 
@@ -192,7 +183,12 @@ def serve(config: Config) -> int:
     while not stop.wait(3600):
         pass
     finished = threading.Event()
-    threading.Thread(target=lambda: (service.stop(), finished.set()), daemon=True).start()
+
+    def stop_service() -> None:
+        service.stop()
+        finished.set()
+
+    threading.Thread(target=stop_service, daemon=True).start()
     if not finished.wait(STOP_DEADLINE_S - 0.5):
         log.warning("shutdown did not finish in time; exiting anyway")
     return EXIT_OK
