@@ -144,3 +144,30 @@ def test_check_refuses_the_files_serve_refuses(capsys, tmp_path, extra, files, n
 def test_a_config_file_that_cannot_be_read_is_one_line(capsys, tmp_path):
     (tmp_path / "c.yaml").write_bytes(b"interval: \xff\n")
     _exits_2_with(capsys, ["check", "--config", str(tmp_path / "c.yaml")], "not UTF-8 text")
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["--simualte", "h100x8"], "unknown flag --simualte (did you mean --simulate?)"),
+    (["check", "--intervall=5s"], "unknown flag --intervall (did you mean --interval?)"),
+    (["metrics", "--formt", "markdown"], "unknown flag --formt (did you mean --format?)"),
+    (["--zzzzzz"], "unknown flag --zzzzzz (see otel-gpu --help)"),
+])
+def test_an_unknown_flag_is_named_with_the_closest_known_one(capsys, argv, needle):
+    _exits_2_with(capsys, argv, needle)
+
+
+@pytest.mark.parametrize("argv", [["--sim", "t4"], ["check", "--pod-attr", "false"],
+                                  ["--interval", "5s", "--", "--not-a-flag"]])
+def test_prefixes_argparse_takes_are_not_unknown(argv):
+    cli.refuse_unknown_flags(cli.build_parser(), argv)  # no SystemExit
+
+
+def test_a_mistyped_variable_is_warned_about_at_start_up(capsys, monkeypatch, caplog):
+    monkeypatch.setenv("OTEL_GPU_SIMULTE", "t4")
+    monkeypatch.setattr(cli, "check", lambda config: cli.EXIT_OK)
+    monkeypatch.setattr(cli, "configure_logging", lambda level, fmt: None)
+    with caplog.at_level("WARNING", logger="otel_gpu"):
+        assert cli.main(["check", "--simulate", "t4"]) == cli.EXIT_OK
+    lines = [r.getMessage() for r in caplog.records if "OTEL_GPU_SIMULTE" in r.getMessage()]
+    assert lines == ["environment variable OTEL_GPU_SIMULTE is not a setting and is ignored "
+                     "(did you mean OTEL_GPU_SIMULATE?)"]

@@ -432,3 +432,15 @@ def test_a_tagged_value_is_refused_naming_the_setting_and_what_it_takes(tmp_path
 @pytest.mark.parametrize("option", OPTIONS, ids=lambda o: o.key)
 def test_every_setting_says_what_it_takes(option):
     assert _expected(option).startswith("expected "), option.key
+
+
+def test_unknown_otel_gpu_variables_are_named_with_the_closest_setting():
+    environ = {"OTEL_GPU_INTERVL": "5", "OTEL_GPU_INTERVAL": "5", "OTEL_GPU_CONFIG": "c.yaml",
+               "OTEL_GPU_ZZZ": "1", "OTEL_EXPORTER_OTLP_ENDPOINT": "x", "NODE_NAME": "n",
+               "_OTEL_GPU_LIBRARY_LOG_WINDOW": "1"}
+    assert config.unknown_variables(environ) == [
+        "environment variable OTEL_GPU_INTERVL is not a setting and is ignored "
+        "(did you mean OTEL_GPU_INTERVAL?)",
+        "environment variable OTEL_GPU_ZZZ is not a setting and is ignored",
+    ]
+    assert config.unknown_variables({o.env: "" for o in OPTIONS}) == []

@@ -34,11 +34,14 @@ def _read_file(path: str) -> dict[str, object]:
     return result
 
 
-def _did_you_mean(name: object, known: set[str] | frozenset[str]) -> str:
+def _did_you_mean(name: object, known: set[str] | frozenset[str], prefix: str = "") -> str:
+    """`` (did you mean X?)`` for the closest of ``known``, judged without the ``prefix`` they
+    all share (which would make any two names look alike); empty when none is close."""
     if not isinstance(name, str):
         return ""
-    close = difflib.get_close_matches(name, sorted(known), n=1)
-    return f" (did you mean {close[0]}?)" if close else ""
+    tails = {key.removeprefix(prefix): key for key in known}
+    close = difflib.get_close_matches(name.removeprefix(prefix), sorted(tails), n=1)
+    return f" (did you mean {tails[close[0]]}?)" if close else ""
 
 
 def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
@@ -48,7 +51,7 @@ def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
     known = frozenset({settings.CONFIG_ENV} | {o.env for o in settings.OPTIONS})
     return [
         f"environment variable {name} is not a setting and is ignored"
-        f"{_did_you_mean(name, known)}"
+        f"{_did_you_mean(name, known, settings.ENV_PREFIX)}"
         for name in sorted(env)
         if name.startswith(settings.ENV_PREFIX) and name not in known
     ]
