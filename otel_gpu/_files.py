@@ -10,9 +10,12 @@ the file and the problem.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -103,14 +106,17 @@ def read_sysfs(path: str | os.PathLike[str], *, max_bytes: int = SYSFS_MAX_BYTES
     return data.decode("ascii", "replace").strip()
 
 
-class _Rules:
+_MIXIN: Any = object  # the loaders' methods come from PyYAML, which has no type stubs
+
+
+class _Rules(_MIXIN):
     """Safe YAML without aliases, without duplicate keys, with bounded depth and size: the
     composer and constructor rules both loaders below apply."""
 
     _depth = 0
     _nodes = 0
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
+    def compose_node(self, parent: object, index: object) -> Any:
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.constructor.ConstructorError(
@@ -132,7 +138,7 @@ class _Rules:
         finally:
             self._depth -= 1
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
@@ -172,22 +178,27 @@ else:  # pragma: no cover - PyYAML built without libyaml
     _LOADERS = (_PlainLoader,)
 
 
+_TAG_ERRORS = (ValueError, LookupError, AttributeError, TypeError, ArithmeticError)
+"""What PyYAML's constructors raise for tagged nonsense (``!!int x``, ``!!set ~``,
+``!!float ""``, ``!!timestamp xyz``) instead of a YAMLError."""
+
+
 def _load(text: str) -> Any:
     """The document through the fastest loader; a document it refuses is parsed again by
     the pure-Python one, so that the error (and its wording) is always that one's."""
     for loader in _LOADERS[:-1]:
         try:
             return yaml.load(text, Loader=loader)  # noqa: S506 - safe constructors only
-        except (yaml.YAMLError, RecursionError, ValueError, KeyError, AttributeError,
-                TypeError):
+        except (yaml.YAMLError, RecursionError, *_TAG_ERRORS):
             pass
     return yaml.load(text, Loader=_LOADERS[-1])  # noqa: S506 - a SafeLoader subclass
 
 
-def parse_yaml(text: str, label: str) -> Any:
-    """One YAML document, or :class:`FileError` naming ``label``, the line and the problem."""
+@contextlib.contextmanager
+def _yaml_errors(label: str) -> Iterator[None]:
+    """PyYAML's refusals as one :class:`FileError` naming ``label``, the line and the problem."""
     try:
-        return _load(text)
+        yield
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -195,15 +206,91 @@ def parse_yaml(text: str, label: str) -> Any:
         raise FileError(f"{label}: {problem}{where}") from None
     except RecursionError:
         raise FileError(f"{label}: nested too deeply") from None
-    except (ValueError, KeyError, AttributeError, TypeError) as exc:
-        # PyYAML's constructors raise these for tagged nonsense (`!!int x`, `!!set ~`).
+    except _TAG_ERRORS as exc:
         text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
         raise FileError(f"{label}: invalid value ({text})") from None
+
+
+def parse_yaml(text: str, label: str) -> Any:
+    """One YAML document, or :class:`FileError` naming ``label``, the line and the problem."""
+    with _yaml_errors(label):
+        return _load(text)
 
 
 def load_yaml(path: str, what: str, *, max_bytes: int = MAX_BYTES) -> Any:
     """A small YAML file, read with :func:`read_text` and parsed with :func:`parse_yaml`."""
     return parse_yaml(read_text(path, what, max_bytes=max_bytes), f"{what} {path}")
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A value YAML cannot build as its tag says (``!!timestamp xyz``, ``!!int x``): kept in
+    its field's place, so that whoever reads the field names it and says what it takes."""
+
+    tag: str
+    text: str
+    line: int
+
+    def __str__(self) -> str:
+        tag = self.tag.replace("tag:yaml.org,2002:", "!!")
+        shown = repr(self.text) if len(self.text) <= 40 else repr(self.text[:37]) + "..."
+        what = shown if self.text else "a value"
+        if not tag.startswith("!!"):
+            return f"{what} tagged {tag}, a tag no setting reads (line {self.line})"
+        return f"{what} tagged {tag}, which YAML cannot read as that (line {self.line})"
+
+
+def _build(node: Any) -> object:
+    """One node as a value, or :class:`Unreadable` where its tag's constructor refuses it (a
+    plain list item by item, so that the one bad item is the one named)."""
+    if isinstance(node, yaml.SequenceNode) and node.tag == "tag:yaml.org,2002:seq":
+        return [_build(item) for item in node.value]
+    loader = _PlainLoader("")
+    try:
+        return loader.construct_document(node)
+    except (yaml.YAMLError, RecursionError, *_TAG_ERRORS):
+        text = node.value if isinstance(node, yaml.ScalarNode) else ""
+        return Unreadable(str(node.tag), str(text), node.start_mark.line + 1)
+    finally:
+        loader.dispose()
+
+
+def load_yaml_fields(path: str, what: str, *, fields: str = "fields") -> dict[object, object]:
+    """A small YAML file whose top level maps names to values (empty: ``{}``).
+
+    Each value is built on its own: one whose tag YAML cannot build is an
+    :class:`Unreadable` in its place instead of an error for the whole file,
+    so the caller can say which field it is and what that field takes. The
+    file is read and composed under the same rules as :func:`load_yaml`.
+    """
+    label = f"{what} {path}"
+    text = read_text(path, what)
+    with _yaml_errors(label):
+        loader = _PlainLoader(text)  # the reader refuses control characters here
+    try:
+        with _yaml_errors(label):
+            root = loader.get_single_node()
+        if root is None:
+            return {}
+        if not isinstance(root, yaml.MappingNode):
+            raise FileError(f"{label}: expected a mapping of {fields} at the top level")
+        with _yaml_errors(label):
+            loader.flatten_mapping(root)  # `<<` merge keys, as the whole-document loaders do
+    finally:
+        loader.dispose()
+    result: dict[object, object] = {}
+    for key_node, value_node in root.value:
+        key = _build(key_node)
+        line = key_node.start_mark.line + 1
+        try:
+            duplicate = key in result
+        except TypeError:
+            raise FileError(f"{label}: a key at line {line} is not a name") from None
+        if duplicate:
+            raise FileError(f"{label}: duplicate key {key!r} at line {line}, "
+                            f"column {key_node.start_mark.column + 1}")
+        result[key] = _build(value_node)
+    return result
 
 
 def _reason(exc: OSError) -> str:

@@ -1,12 +1,14 @@
 """Command line: ``otel-gpu [serve]``, ``otel-gpu check``, ``otel-gpu metrics``.
 
 Exit codes: 0 success; 1 ``check`` could read no GPU; 2 bad usage, bad
-configuration, or NVML unavailable. Every error is one line on stderr.
+configuration, or NVML unavailable; 141 the reader of the output went away
+(``otel-gpu check | head -1``), said by nothing. Every error is one line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import gc
 import logging
 import os
@@ -15,16 +17,21 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from otel_gpu import __version__
 from otel_gpu._log import configure as configure_logging
-from otel_gpu.config import CONFIG_ENV, OPTIONS, Config, Option, load
+from otel_gpu.config import CONFIG_ENV, OPTIONS, Config, Option, load, unknown_variables
 from otel_gpu.errors import SetupError
+
+if TYPE_CHECKING:
+    from otel_gpu.sample.library import Nvml
 
 log = logging.getLogger("otel_gpu")
 
 EXIT_OK, EXIT_NO_GPU, EXIT_USAGE = 0, 1, 2
+EXIT_BROKEN_PIPE = 128 + int(signal.SIGPIPE)
+"""141: what a shell reports for a tool that SIGPIPE stopped."""
 STOP_DEADLINE_S = 5.0
 FIRST_SAMPLE_WAIT_S = 30.0
 """At most this long without cycle collection at start-up, waiting for the first sample."""
@@ -40,18 +47,6 @@ class _Parser(argparse.ArgumentParser):
 def _die(message: str) -> NoReturn:
     print(f"otel-gpu: error: {message}", file=sys.stderr)
     raise SystemExit(EXIT_USAGE)
-
-
-# Settings that only a running service uses: ``check`` samples once, prints, and never
-# listens, waits between samples, keeps state for later, renders names or pushes. Its
-# help leaves them out; it still accepts them (so one set of arguments serves both) and
-# refuses a bad value, as ``serve`` would.
-SERVE_ONLY = frozenset({
-    "listen", "health_listen", "interval", "node_name", "kubelet_interval",
-    "kubelet_grace_period", "dcgm_hostname_label", "dcgm_shared_gpu_copies", "dcgm_devices",
-    "dcgm_pod_label_style", "pod_identity", "otlp_compression", "otlp_timeout",
-    "otlp_interval", "otlp_temporality", "device_attributes",
-})
 
 
 def help_text(option: Option) -> str:
@@ -72,7 +67,7 @@ def _common(parser: argparse.ArgumentParser, suppress: bool, *, check: bool = Fa
     parser.add_argument("--config", metavar="FILE", default=default,
                         help=f"YAML configuration file (also ${CONFIG_ENV})")
     for option in OPTIONS:
-        hidden = check and option.key in SERVE_ONLY
+        hidden = check and option.serve_only
         parser.add_argument(
             *option.flags, dest=option.key, metavar=option.metavar, default=default,
             help=argparse.SUPPRESS if hidden else help_text(option),
@@ -136,7 +131,7 @@ def _check_files(config: Config) -> None:
         _die(str(exc))
 
 
-def _open_nvml(config: Config):
+def _open_nvml(config: Config) -> Nvml:
     from otel_gpu.sample.library import NvmlUnavailable
     from otel_gpu.wiring import open_nvml
 
@@ -192,7 +187,12 @@ def serve(config: Config) -> int:
     while not stop.wait(3600):
         pass
     finished = threading.Event()
-    threading.Thread(target=lambda: (service.stop(), finished.set()), daemon=True).start()
+
+    def stop_service() -> None:
+        service.stop()
+        finished.set()
+
+    threading.Thread(target=stop_service, daemon=True).start()
     if not finished.wait(STOP_DEADLINE_S - 0.5):
         log.warning("shutdown did not finish in time; exiting anyway")
     return EXIT_OK
@@ -233,10 +233,63 @@ def check(config: Config) -> int:
     return EXIT_OK if snapshot.healthy_devices() else EXIT_NO_GPU
 
 
+def _long_flags(parser: argparse.ArgumentParser) -> set[str]:
+    """Every ``--flag`` of the parser and its commands."""
+    flags: set[str] = set()
+    for action in parser._actions:
+        flags.update(flag for flag in action.option_strings if flag.startswith("--"))
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                flags |= _long_flags(command)
+    return flags
+
+
+def refuse_unknown_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """Name an unknown ``--flag`` and the closest known one, before argparse takes its value
+    for the command (``--simualte h100x8``: "invalid choice: 'h100x8'")."""
+    known = _long_flags(parser)
+    for token in argv:
+        if token == "--":
+            return
+        name = token.partition("=")[0]
+        # argparse takes a unique prefix (--sim) and says itself when one is ambiguous
+        if not name.startswith("--") or any(flag.startswith(name) for flag in known):
+            continue
+        close = difflib.get_close_matches(name[2:], sorted(flag[2:] for flag in known), n=1)
+        hint = f" (did you mean --{close[0]}?)" if close else ""
+        _die(f"unknown flag {name}{hint} (see otel-gpu --help)")
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null: what is still buffered for a reader that went away must not
+    fail again (with a traceback) when the interpreter flushes it at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is no file (captured in tests): nothing to flush
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; a reader that goes away (``otel-gpu check | head -1``) ends it
+    quietly with the status of a tool stopped by SIGPIPE, as Unix tools end."""
+    try:
+        try:
+            return _main(sys.argv[1:] if argv is None else argv)
+        finally:
+            sys.stdout.flush()  # a reader that went away is met here, not at exit
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: Sequence[str]) -> int:
     # gRPC's C core logs connection chatter (a kubelet restart's GOAWAY) to stderr.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    refuse_unknown_flags(parser, argv)
+    args = parser.parse_args(argv)
     if args.command == "metrics":
         from otel_gpu.export import _docs
 
@@ -247,6 +300,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     config = _config(args)
     configure_logging(config.log_level, config.log_format)
+    for line in unknown_variables(os.environ):  # a typo'd key is an error; say a typo'd name
+        log.warning("%s", line)
     if args.command == "check":
         _check_files(config)
         return check(config)

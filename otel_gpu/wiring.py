@@ -297,7 +297,7 @@ class Service:
         log.info("serving metrics on %s://%s/metrics (interval %g s; exporters: %s)",
                  scheme, _address(host, self.server.port), self.config.interval,
                  ", ".join(self.exporters))
-        if self.health_server is not None:
+        if self.health_server is not None and self.config.health_listen is not None:
             host, _ = self.config.health_listen
             log.info("serving health checks on http://%s/healthz and /readyz",
                      _address(host, self.health_server.port))

@@ -30,7 +30,7 @@ def test_every_setting_is_a_flag_with_its_rows_metavar_and_help(capsys, monkeypa
     text = _help(capsys, *command)
     for option in OPTIONS:
         flags = ", ".join(f"{flag} {option.metavar}" for flag in option.flags)
-        if command == ("check",) and option.key in cli.SERVE_ONLY:
+        if command == ("check",) and option.serve_only:
             assert f"{option.flag} " not in text, option.key
             continue
         assert flags in text, option.key
@@ -52,7 +52,12 @@ def test_help_shows_no_python_values_and_each_default_once(capsys, command):
 
 
 def test_check_lists_only_the_flags_it_uses(capsys):
-    assert not cli.SERVE_ONLY - {o.key for o in OPTIONS}  # no stale names
+    assert not hasattr(cli, "SERVE_ONLY")  # the rows say it (Option.serve_only), nothing else
+    assert {o.key for o in OPTIONS if o.serve_only} == {
+        "listen", "health_listen", "interval", "node_name", "kubelet_interval",
+        "kubelet_grace_period", "dcgm_hostname_label", "dcgm_shared_gpu_copies", "dcgm_devices",
+        "dcgm_pod_label_style", "pod_identity", "otlp_compression", "otlp_timeout",
+        "otlp_interval", "otlp_temporality", "device_attributes"}
     text = _help(capsys, "check")
     for flag in ("--listen", "--health-listen", "--interval", "--otlp-interval",
                  "--dcgm-devices", "--kubelet-grace-period"):
@@ -139,3 +144,30 @@ def test_check_refuses_the_files_serve_refuses(capsys, tmp_path, extra, files, n
 def test_a_config_file_that_cannot_be_read_is_one_line(capsys, tmp_path):
     (tmp_path / "c.yaml").write_bytes(b"interval: \xff\n")
     _exits_2_with(capsys, ["check", "--config", str(tmp_path / "c.yaml")], "not UTF-8 text")
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["--simualte", "h100x8"], "unknown flag --simualte (did you mean --simulate?)"),
+    (["check", "--intervall=5s"], "unknown flag --intervall (did you mean --interval?)"),
+    (["metrics", "--formt", "markdown"], "unknown flag --formt (did you mean --format?)"),
+    (["--zzzzzz"], "unknown flag --zzzzzz (see otel-gpu --help)"),
+])
+def test_an_unknown_flag_is_named_with_the_closest_known_one(capsys, argv, needle):
+    _exits_2_with(capsys, argv, needle)
+
+
+@pytest.mark.parametrize("argv", [["--sim", "t4"], ["check", "--pod-attr", "false"],
+                                  ["--interval", "5s", "--", "--not-a-flag"]])
+def test_prefixes_argparse_takes_are_not_unknown(argv):
+    cli.refuse_unknown_flags(cli.build_parser(), argv)  # no SystemExit
+
+
+def test_a_mistyped_variable_is_warned_about_at_start_up(capsys, monkeypatch, caplog):
+    monkeypatch.setenv("OTEL_GPU_SIMULTE", "t4")
+    monkeypatch.setattr(cli, "check", lambda config: cli.EXIT_OK)
+    monkeypatch.setattr(cli, "configure_logging", lambda level, fmt: None)
+    with caplog.at_level("WARNING", logger="otel_gpu"):
+        assert cli.main(["check", "--simulate", "t4"]) == cli.EXIT_OK
+    lines = [r.getMessage() for r in caplog.records if "OTEL_GPU_SIMULTE" in r.getMessage()]
+    assert lines == ["environment variable OTEL_GPU_SIMULTE is not a setting and is ignored "
+                     "(did you mean OTEL_GPU_SIMULATE?)"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import types
 import typing
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from otel_gpu import cli, config
 from otel_gpu.config import (
@@ -17,9 +20,12 @@ from otel_gpu.config import (
     Config,
     ConfigError,
     Option,
+    docs,
     load,
+    options_of,
     parse_duration,
     parse_listen,
+    setting,
 )
 from otel_gpu.errors import SetupError
 
@@ -89,9 +95,11 @@ def test_listen_forms():
         ({}, {"OTEL_GPU_LOG_LEVEL": "loud"}, None,
          r"^log_level \(from environment variable OTEL_GPU_LOG_LEVEL\): expected one of"),
         ({}, {}, "listen: nowhere\n", r"^listen \(from config file .*\): expected HOST:PORT"),
-        ({}, {}, "intervall: 5\n", r"^config file .*: unknown key 'intervall'; known keys:"),
+        ({}, {}, "intervall: 5\n",
+         r"^config file .*: unknown key 'intervall' \(did you mean interval\?\); known keys:"),
         ({}, {}, "interval: [1, 2\n", r"^config file .*: .* at line \d+"),
-        ({}, {}, "- a list\n", r"^config file .*: expected a mapping"),
+        ({}, {}, "- a list\n",
+         r"^config file [^:]*: expected a mapping of settings at the top level$"),
     ],
 )
 def test_errors_are_one_line_and_name_the_key(tmp_path, flags, env, file_text, expected):
@@ -128,9 +136,13 @@ def test_example_file_documents_every_option_with_its_default():
 
 def test_config_has_one_field_per_option_typed_by_its_row():
     fields = dataclasses.fields(Config)
+    hints = typing.get_type_hints(Config)
     assert [f.name for f in fields] == [o.key for o in OPTIONS]
-    assert [f.type for f in fields] == [o.type for o in OPTIONS]
-    assert Config.__module__ == "otel_gpu.config" and Config.__doc__
+    assert [hints[f.name] for f in fields] == [o.type for o in OPTIONS]
+    assert [f.default for f in fields] == [o.value for o in OPTIONS]  # the row's default, parsed
+    assert Config() == load({}, environ={})
+    assert Config.__module__ == "otel_gpu.config.settings" and Config.__doc__
+    assert not hasattr(config, "config_class")  # no make_dataclass: a checker sees the fields
     with pytest.raises(dataclasses.FrozenInstanceError):
         load({}, environ={}).interval = 1.0  # type: ignore[misc]
 
@@ -140,6 +152,8 @@ def _is(value, kind) -> bool:
         return any(_is(value, arm) for arm in typing.get_args(kind))
     if kind is type(None):
         return value is None
+    if typing.get_origin(kind) is typing.Literal:
+        return value in typing.get_args(kind)
     return isinstance(value, typing.get_origin(kind) or kind)
 
 
@@ -150,26 +164,48 @@ def test_every_default_parses_to_its_rows_type():
         assert option.metavar and option.help, option.key
 
 
-def test_a_new_row_is_a_flag_a_variable_a_file_key_and_a_field(monkeypatch, tmp_path, capsys):
-    toy = Option("toy_limit", int, "3", int, "COUNT", "a toy setting for this test", short="-T")
-    options = (*OPTIONS, toy)
-    monkeypatch.setattr(config, "OPTIONS", options)
-    monkeypatch.setattr(config, "Config", config.config_class(options))
+@dataclasses.dataclass(frozen=True)
+class _ToyConfig(Config):
+    toy_limit: int = setting(int, "3", "COUNT", "a toy setting for this test", short="-T",
+                             serve_only=True)
+
+
+def test_a_new_field_is_a_flag_a_variable_a_file_key_and_a_row(monkeypatch, tmp_path, capsys):
+    options = options_of(_ToyConfig)
+    assert options[:-1] == OPTIONS and options[-1].key == "toy_limit"
+    assert options[-1].type is int and options[-1].serve_only
+    monkeypatch.setattr(config.settings, "OPTIONS", options)
+    monkeypatch.setattr(config.settings, "Config", _ToyConfig)
     monkeypatch.setattr(cli, "OPTIONS", options)
     assert load({}, environ={}).toy_limit == 3
     assert load({}, environ={"OTEL_GPU_TOY_LIMIT": "5"}).toy_limit == 5
     path = tmp_path / "c.yaml"
     path.write_text("toy_limit: 6\n")
     assert load({}, environ={}, config_file=str(path)).toy_limit == 6
-    for argv in (["--toy-limit", "7"], ["serve", "-T", "7"]):
+    for argv in (["--toy-limit", "7"], ["serve", "-T", "7"], ["check", "-T", "7"]):
         assert cli._config(cli.build_parser().parse_args(argv)).toy_limit == 7
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     assert "-T COUNT, --toy-limit COUNT a toy setting for this test" in help_text
     assert "$OTEL_GPU_TOY_LIMIT; default 3" in help_text
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["check", "--help"])
+    assert "--toy-limit" not in capsys.readouterr().out  # serve only
     with pytest.raises(ConfigError, match=r"^toy_limit \(from flag -T/--toy-limit\): "):
         load({"toy_limit": "many"}, environ={})
+    assert "`toy_limit` *(serve only)* | `-T COUNT`, `--toy-limit COUNT` | " \
+        "`OTEL_GPU_TOY_LIMIT` | `3` | a toy setting for this test |" in docs.settings_table(options)
+
+
+def test_readme_settings_table_is_generated_from_the_rows():
+    on_disk = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert on_disk == docs.with_table(on_disk), (
+        "the README settings table is stale: run `python -m otel_gpu.config.docs README.md`"
+    )
+    table = on_disk.partition(docs.BEGIN)[2].partition(docs.END)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    assert [row.split("`")[1] for row in rows] == [o.key for o in OPTIONS]
 
 
 def test_config_error_is_a_setup_error():
@@ -240,13 +276,13 @@ def test_parse_duration_refuses_what_is_not_a_finite_positive_number(bad):
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("kubelet_socket: [a, b]\n", r"^kubelet_socket \(from config file .*\): expected a single "
-                                     r"value, got a list$"),
-        ("node_name: {a: b}\n", r"^node_name \(from config file .*\): expected a single value, "
+        ("kubelet_socket: [a, b]\n", r"^kubelet_socket \(from config file .*\): expected a "
+                                     r"string, got a list$"),
+        ("node_name: {a: b}\n", r"^node_name \(from config file .*\): expected a string, "
                                 r"got a mapping$"),
-        ("listen: !!binary aGk=\n", r"^listen \(from config file .*\): expected a single value, "
-                                    r"got binary data$"),
-        ("simulate: 2024-01-01\n", r"^simulate \(from config file .*\): expected a single value, "
+        ("listen: !!binary aGk=\n", r"^listen \(from config file .*\): expected HOST:PORT such "
+                                    r"as 0.0.0.0:9400, got binary data$"),
+        ("simulate: 2024-01-01\n", r"^simulate \(from config file .*\): expected a string, "
                                    r"got a date"),
         ("sysfs_root: true\n", r"^sysfs_root \(from config file .*\): expected a string, got a "
                                r"boolean \(true\)$"),
@@ -256,11 +292,21 @@ def test_parse_duration_refuses_what_is_not_a_finite_positive_number(bad):
         ("naming: [otel, [dcgm]]\n", r"^naming \(from config file .*\): expected a list of names, "
                                      r"but item 2 is a list$"),
         ("kubelet_resource_names: {a: 1}\n", r"^kubelet_resource_names \(from config file .*\): "
-                                             r"expected a list or a single value, got a mapping$"),
-        ("log_level: [info]\n", r"^log_level \(from config file .*\): expected a single value"),
+                                             r"expected a list or a comma-separated string, got a "
+                                             r"mapping$"),
+        ("log_level: [info]\n", r"^log_level \(from config file .*\): expected one of debug, "
+                                r"info, warning, error, got a list$"),
         ("interval: 10s\ninterval: 20s\n", r"^config file .*: duplicate key 'interval' at line 2"),
         ("a: &x 1\nb: *x\n", r"^config file .*: YAML aliases \(\*x\) are not allowed"),
-        ("interval: !!int x\n", r"^config file .*: invalid value \("),
+        ("interval: !!int x\n", r"^interval \(from config file .*\): expected a duration like "
+                                r"10s, 500ms or 2.5, got 'x' tagged !!int, which YAML cannot "
+                                r"read as that \(line 1\)$"),
+        ("interval: !!timestamp xyz\n", r"^interval \(from config file .*\): expected a "
+                                        r"duration like 10s, 500ms or 2.5, got 'xyz' tagged "
+                                        r"!!timestamp"),
+        ("naming: [otel, !!bool maybe]\n", r"^naming \(from config file .*\): expected a list "
+                                           r"of names, but item 2 is 'maybe' tagged !!bool"),
+        ("intervall: !!timestamp xyz\n", r"^config file .*: unknown key 'intervall'"),
     ],
 )
 def test_each_setting_from_the_file_has_the_shape_of_its_row(tmp_path, text, expected):
@@ -332,3 +378,69 @@ def test_otlp_endpoint_refuses_what_the_exporter_cannot_use(bad, why):
     with pytest.raises(ConfigError, match=r"^otlp_endpoint \(from flag --otlp-endpoint\): ") as i:
         load({"otlp_endpoint": bad}, environ={})
     assert why in str(i.value)
+
+
+# --- YAML tags: every tag the safe loader resolves, against every setting ---------------------
+
+TAGS = ["!!timestamp", "!!binary", "!!set", "!!omap", "!!pairs", "!!float", "!!int", "!!bool",
+        "!!null", "!!str", "!custom"]
+_INTERNAL = ("NoneType", "object has no attribute", "invalid literal", "could not convert",
+             "groupdict", "Traceback", "KeyError", "base64", "constructor", "unhashable")
+_TEXT = st.one_of(
+    st.sampled_from(["xyz", "2024-01-01", "2024-01-01 10:00:00", "aGk=", "10s", "1", "0", "-1",
+                     "true", "maybe", ".nan", ".inf", "0.0.0.0:9400", "otel", "", "~", "1e999"]),
+    st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=12),
+)
+_FLOW = st.sampled_from(["{a}", "{a: 1}", "[a: 1]", "[a, b]", "[]", "{}", "[[a]]", "{otel}",
+                         "[otel: 1, dcgm: 2]", "[a, !!int x]"])
+
+
+def _expected(option: Option) -> str:
+    """What the setting's own parser says it takes ("expected ..."), asked with no value."""
+    with pytest.raises(ValueError) as info:
+        option.parse(object())
+    return str(info.value).partition(", got")[0].partition(", but")[0]
+
+
+@pytest.mark.parametrize("option", OPTIONS, ids=lambda o: o.key)
+@settings(max_examples=60, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tag=st.sampled_from(TAGS), value=_TEXT.map(json.dumps) | _FLOW)
+def test_a_tagged_value_is_refused_naming_the_setting_and_what_it_takes(tmp_path, option,
+                                                                        tag, value):
+    path = tmp_path / "c.yaml"
+    path.write_text(f"{option.key}: {tag} {value}\n", encoding="utf-8")
+    try:
+        cfg = load({}, environ={}, config_file=str(path))
+    except ConfigError as exc:
+        message = str(exc)
+    else:
+        assert _is(getattr(cfg, option.key), option.type), (option.key, tag, value)
+        return
+    assert "\n" not in message, message
+    assert message.startswith(f"{option.key} (from config file {path}): "), message
+    assert not any(word in message for word in _INTERNAL), message
+    said = message.partition("): ")[2]
+    if tag in ("!!timestamp", "!!binary", "!!set", "!!omap", "!!pairs", "!custom") \
+            or value.startswith(("{", "[")):
+        # the value is of no kind the setting takes: the message says what it takes
+        assert said.startswith("expected "), message
+    if "tagged" in said:  # YAML could not build it: the setting's own words for what it takes
+        assert said.startswith((_expected(option), "expected a list of names")), message
+
+
+@pytest.mark.parametrize("option", OPTIONS, ids=lambda o: o.key)
+def test_every_setting_says_what_it_takes(option):
+    assert _expected(option).startswith("expected "), option.key
+
+
+def test_unknown_otel_gpu_variables_are_named_with_the_closest_setting():
+    environ = {"OTEL_GPU_INTERVL": "5", "OTEL_GPU_INTERVAL": "5", "OTEL_GPU_CONFIG": "c.yaml",
+               "OTEL_GPU_ZZZ": "1", "OTEL_EXPORTER_OTLP_ENDPOINT": "x", "NODE_NAME": "n",
+               "_OTEL_GPU_LIBRARY_LOG_WINDOW": "1"}
+    assert config.unknown_variables(environ) == [
+        "environment variable OTEL_GPU_INTERVL is not a setting and is ignored "
+        "(did you mean OTEL_GPU_INTERVAL?)",
+        "environment variable OTEL_GPU_ZZZ is not a setting and is ignored",
+    ]
+    assert config.unknown_variables({o.env: "" for o in OPTIONS}) == []

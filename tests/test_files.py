@@ -9,7 +9,15 @@ import pytest
 import yaml
 
 from otel_gpu import _files
-from otel_gpu._files import MAX_YAML_DEPTH, FileError, load_yaml, parse_yaml, read_text
+from otel_gpu._files import (
+    MAX_YAML_DEPTH,
+    FileError,
+    Unreadable,
+    load_yaml,
+    load_yaml_fields,
+    parse_yaml,
+    read_text,
+)
 from otel_gpu.errors import SetupError
 from otel_gpu.sim.scenario import PROFILES_DIR
 
@@ -72,7 +80,7 @@ def test_file_errors_are_setup_errors(tmp_path):
 
 
 @pytest.mark.parametrize("doc", ["a: !!int x\n", "a: !!set ~\n", "a: !!bool x\n",
-                                 "a: !!timestamp x\n", "a: !!map ~\n"])
+                                 "a: !!timestamp x\n", "a: !!map ~\n", "a: !!float ''\n"])
 def test_tags_yaml_cannot_build_are_one_line(doc):
     with pytest.raises(FileError, match=r"^f: invalid value \(.+\)$"):
         parse_yaml(doc, "f")
@@ -100,3 +108,35 @@ def test_the_libyaml_loader_applies_the_same_rules_by_itself(doc):
     only rewords errors, it is not the check."""
     with pytest.raises(yaml.constructor.ConstructorError):
         yaml.load(doc, Loader=_files._LOADERS[0])  # noqa: S506
+
+
+def test_fields_keep_each_unbuildable_value_in_its_place(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("a: 1\nb: !!timestamp xyz\nc: [x, !!int y]\nd: !!binary aGk=\ne: !!float ''\n"
+                    "<<: {f: 2}\n")
+    fields = load_yaml_fields(str(path), "file")
+    assert fields["a"] == 1 and fields["d"] == b"hi" and fields["f"] == 2
+    assert fields["b"] == Unreadable("tag:yaml.org,2002:timestamp", "xyz", 2)
+    assert str(fields["b"]) == "'xyz' tagged !!timestamp, which YAML cannot read as that (line 2)"
+    assert fields["c"] == ["x", Unreadable("tag:yaml.org,2002:int", "y", 3)]
+    assert fields["e"] == Unreadable("tag:yaml.org,2002:float", "", 5)
+
+
+@pytest.mark.parametrize(("doc", "message"), [
+    ("a: 1\na: 2\n", r"^file .*: duplicate key 'a' at line 2, column 1$"),
+    ("[a]\n", r"^file .*: expected a mapping of fields at the top level$"),
+    ("[a]: 1\n", r"^file .*: a key at line 1 is not a name$"),
+    ("a: &x 1\nb: *x\n", r"^file .*: YAML aliases \(\*x\) are not allowed at line 2"),
+    ("a: [1\n", r"^file .*: .* at line \d+"),
+])
+def test_fields_refuse_what_the_whole_file_loader_refuses(tmp_path, doc, message):
+    path = tmp_path / "c.yaml"
+    path.write_text(doc)
+    with pytest.raises(FileError, match=message):
+        load_yaml_fields(str(path), "file")
+
+
+def test_fields_of_an_empty_document_are_empty(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("# nothing\n")
+    assert load_yaml_fields(str(path), "file") == {}

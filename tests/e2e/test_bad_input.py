@@ -219,9 +219,12 @@ CASES: dict[str, Case] = {
     "p13-duplicate-key": _cfg("interval: 10s\nlog_level: info\ninterval: 1h\n",
                               "config file {d}/c.yaml: duplicate key 'interval' at line 3"),
     "p13-list-for-a-string": _cfg("kubelet_socket: [a, b]\n", "kubelet_socket (from config file "
-                                  "{d}/c.yaml): expected a single value, got a list"),
+                                  "{d}/c.yaml): expected a string, got a list"),
     "p13-mapping-for-a-string": _cfg("node_name: {a: b}\n", "node_name (from config file "
-                                     "{d}/c.yaml): expected a single value, got a mapping"),
+                                     "{d}/c.yaml): expected a string, got a mapping"),
+    "p13-tag-read-as-another-type": _cfg("interval: !!timestamp xyz\n", "interval (from config "
+                                         "file {d}/c.yaml): expected a duration like 10s, 500ms "
+                                         "or 2.5, got 'xyz' tagged !!timestamp"),
     "p13-boolean-for-a-path": _cfg("sysfs_root: yes\n", "sysfs_root (from config file "
                                    "{d}/c.yaml): expected a string, got a boolean (true)"),
     "p13-collectors-without-dcgm": Case(
@@ -334,6 +337,8 @@ def _of_type(value: object, kind: object) -> bool:
     if kind is float:
         return isinstance(value, float) and math.isfinite(value)
     origin = typing.get_origin(kind)
+    if origin is typing.Literal:
+        return value in typing.get_args(kind)
     if origin is tuple:
         if not isinstance(value, tuple):
             return False

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
+import sys
 import textwrap
 from concurrent.futures import ThreadPoolExecutor
 
@@ -12,7 +14,7 @@ import pytest
 
 from tests.support.exposition import series
 from tests.support.nvml import first_sample_values
-from tests.support.process import http_get, run_cli, wait_until
+from tests.support.process import ROOT, http_get, run_cli, wait_until
 
 H100_MEMORY_TOTAL = 85520809984
 
@@ -154,7 +156,10 @@ def test_no_driver_exits_2_with_one_line():
     [
         (["--interval", "soon"], {}, "interval (from flag --interval)"),
         (["--simulate", "no-such-profile"], {}, "no-such-profile"),
-        (["--bogus"], {}, "unrecognized arguments: --bogus"),
+        (["--bogus"], {}, "unknown flag --bogus (see otel-gpu --help)"),
+        (["--simualte", "h100x8"], {}, "unknown flag --simualte (did you mean --simulate?)"),
+        (["check", "--pod-atribution=false"], {},
+         "unknown flag --pod-atribution (did you mean --pod-attribution?)"),
         ([], {"OTEL_GPU_LISTEN": "nowhere"}, "listen (from environment variable OTEL_GPU_LISTEN)"),
     ],
 )
@@ -218,3 +223,35 @@ def test_json_logs_are_one_object_per_line():
     records = [json.loads(line) for line in err.splitlines() if line.strip()]
     assert records and {"time", "level", "logger", "message"} <= set(records[0])
     assert any("simulating NVML" in r["message"] for r in records)
+
+
+@pytest.mark.parametrize("args", [("check", "--simulate", "h100x8", "--pod-attribution", "false"),
+                                  ("metrics",), ("metrics", "--format", "markdown")])
+def test_a_reader_that_went_away_ends_the_output_quietly(args):
+    """``otel-gpu check | head -1``: the reader is gone before the output ends. Here it is gone
+    before the output starts (closed before the process begins), so that every run meets the
+    broken pipe however fast it writes: no traceback, and the status of a tool stopped by
+    SIGPIPE (141), as ``yes | head -1`` gives."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "otel_gpu", *args], cwd=ROOT, stdout=write,
+                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                              timeout=60)
+    finally:
+        os.close(write)
+    err = done.stderr
+    for word in ("Traceback", "BrokenPipe", "Exception ignored"):
+        assert word not in err, err
+    assert done.returncode == 141, err
+
+
+def test_a_mistyped_otel_gpu_variable_is_named_in_one_warning():
+    env = {"OTEL_GPU_INTERVL": "5s", "OTEL_GPU_POD_ATTRIBUTION": "false"}
+    code, out, err = run_cli("check", "--simulate", "t4", env=env)
+    assert code == 0, err
+    warnings = [line for line in err.splitlines() if "OTEL_GPU_INTERVL" in line]
+    assert len(warnings) == 1, err
+    assert "WARNING" in warnings[0] and "is not a setting and is ignored" in warnings[0]
+    assert "(did you mean OTEL_GPU_INTERVAL?)" in warnings[0]
+    assert "OTEL_GPU_POD_ATTRIBUTION" not in err
