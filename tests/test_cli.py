@@ -56,7 +56,7 @@ def test_check_lists_only_the_flags_it_uses(capsys):
     assert {o.key for o in OPTIONS if o.serve_only} == {
         "listen", "health_listen", "interval", "node_name", "kubelet_interval",
         "kubelet_grace_period", "dcgm_hostname_label", "dcgm_shared_gpu_copies", "dcgm_devices",
-        "dcgm_pod_label_style", "pod_identity", "otlp_compression", "otlp_timeout",
+        "dcgm_pod_label_style", "dcgm_names", "pod_identity", "otlp_compression", "otlp_timeout",
         "otlp_interval", "otlp_temporality", "device_attributes"}
     text = _help(capsys, "check")
     for flag in ("--listen", "--health-listen", "--interval", "--otlp-interval",

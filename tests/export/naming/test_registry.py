@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from otel_gpu import config
+from otel_gpu.config.values import parse_naming
 from otel_gpu.export import naming
 from otel_gpu.export.naming import PROFILES, ProfileOptions, profile
 
@@ -35,9 +35,9 @@ def test_an_unknown_profile_is_one_line_naming_the_known_ones():
 
 def test_settings_accept_exactly_the_registered_profiles():
     # config sits below export and cannot read the registry: this keeps the two in step
-    assert config.parse_naming(",".join(PROFILES)) == tuple(PROFILES)
+    assert parse_naming(",".join(PROFILES)) == tuple(PROFILES)
     with pytest.raises(ValueError):
-        config.parse_naming("nvidia-smi")
+        parse_naming("nvidia-smi")
 
 
 def test_the_health_profile_does_not_import_the_docs_renderer():
