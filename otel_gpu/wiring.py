@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from opentelemetry.sdk.metrics.export import MetricReader
 
+from otel_gpu.attribute.enrich import Enricher, Enrichers
 from otel_gpu.config import Config
 from otel_gpu.errors import SetupError
 from otel_gpu.export import naming, otlp
@@ -86,20 +87,10 @@ def job_enricher(config: Config) -> JobEnricher | None:
     return build(config.hpc_job_mapping_dir, config.proc_root, processes=config.process_usage)
 
 
-def chain(
-    *stages: Callable[[Snapshot], Snapshot] | None,
-) -> Callable[[Snapshot], Snapshot] | None:
+def chain(*stages: Enricher | None) -> Callable[[Snapshot], Snapshot] | None:
     """The enrich stages present, applied in order (pods, then jobs); None if there are none."""
-    present = [stage for stage in stages if stage is not None]
-    if len(present) <= 1:
-        return present[0] if present else None
-
-    def enrich(snapshot: Snapshot) -> Snapshot:
-        for stage in present:
-            snapshot = stage(snapshot)
-        return snapshot
-
-    return enrich
+    present = Enrichers(*stages)
+    return present.process if present else None
 
 
 def pod_enricher(
@@ -107,7 +98,7 @@ def pod_enricher(
 ) -> PodEnricher:
     """The Kubernetes attribution stage for ``config`` (gRPC is imported once a socket exists)."""
     from otel_gpu.attribute.k8s.enrich import KubeletWatch, PodEnricher
-    from otel_gpu.attribute.k8s.processes import ProcessMapper
+    from otel_gpu.attribute.k8s.processes import PodLogIndex, ProcessMapper
 
     def build() -> PodResourcesWatcher:  # imports gRPC: only once the socket exists
         from otel_gpu.attribute.k8s.podresources import PodResourcesWatcher
@@ -122,9 +113,10 @@ def pod_enricher(
         )
 
     watcher = KubeletWatch(config.kubelet_socket, build, interval=config.kubelet_interval)
-    processes = (ProcessMapper(Path(config.proc_root), Path(config.pod_log_root))
+    pod_dirs = PodLogIndex(Path(config.pod_log_root))
+    processes = (ProcessMapper(Path(config.proc_root), index=pod_dirs)
                  if config.process_usage else None)
-    return PodEnricher(watcher, Path(config.sysfs_root), processes=processes)
+    return PodEnricher(watcher, Path(config.sysfs_root), processes=processes, pod_dirs=pod_dirs)
 
 
 def sample_once(config: Config, nvml: Nvml) -> Snapshot:
@@ -149,12 +141,12 @@ def sample_once(config: Config, nvml: Nvml) -> Snapshot:
         enrich = pod_enricher(config)
         try:
             if enrich.watcher.poll_once():
-                snapshot = enrich(snapshot)
+                snapshot = enrich.process(snapshot)
         finally:
             enrich.watcher.stop()
     jobs = job_enricher(config)
     if jobs is not None:
-        snapshot = jobs(snapshot)
+        snapshot = jobs.process(snapshot)
     return snapshot
 
 
