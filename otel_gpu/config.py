@@ -372,6 +372,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("pod_log_root", str, "/var/log/pods", _required_text, "DIR",
            "process usage: the kubelet's pod log directory (mounted read-only; only names are "
            "read), whose sibling containers/ names each container id"),
+    Option("container_socket", str, "/var/run/docker.sock", _required_text, "PATH",
+           "process usage outside Kubernetes: a Docker-compatible API socket (Docker, Podman) "
+           "naming the containers GPU processes run in; off while no socket is there"),
     Option("hpc_job_mapping_dir", str | None, None, _optional_text, "DIR",
            "HPC job labels from dcgm-exporter's job mapping directory: one file per GPU "
            "named by its index (<index>.<gpu instance id> for MIG), one job id a line, "

@@ -35,6 +35,7 @@ from otel_gpu.sample.sampler import Sampler
 from otel_gpu.snapshot import Snapshot
 
 if TYPE_CHECKING:  # gRPC is imported only once a kubelet socket exists
+    from otel_gpu.attribute.container.enrich import ContainerEnricher
     from otel_gpu.attribute.hpc.enrich import JobEnricher
     from otel_gpu.attribute.k8s.enrich import PodEnricher
     from otel_gpu.attribute.k8s.podresources import PodResourcesWatcher
@@ -87,8 +88,16 @@ def job_enricher(config: Config) -> JobEnricher | None:
     return build(config.hpc_job_mapping_dir, config.proc_root, processes=config.process_usage)
 
 
+def container_enricher(config: Config) -> ContainerEnricher | None:
+    """The stage naming containers outside Kubernetes; None without process usage."""
+    from otel_gpu.attribute.container.enrich import container_enricher as build
+
+    return build(config.container_socket, config.proc_root, interval=config.kubelet_interval,
+                 processes=config.process_usage)
+
+
 def chain(*stages: Enricher | None) -> Callable[[Snapshot], Snapshot] | None:
-    """The enrich stages present, applied in order (pods, then jobs); None if there are none."""
+    """The enrich stages present, applied in order (pods, jobs, containers); None if none."""
     present = Enrichers(*stages)
     return present.process if present else None
 
@@ -147,6 +156,10 @@ def sample_once(config: Config, nvml: Nvml) -> Snapshot:
     jobs = job_enricher(config)
     if jobs is not None:
         snapshot = jobs.process(snapshot)
+    containers = container_enricher(config)
+    if containers is not None:
+        containers.source.poll_once()
+        snapshot = containers.process(snapshot)
     return snapshot
 
 
@@ -186,12 +199,13 @@ class Service:
         if config.pod_attribution:  # the kubelet thread re-publishes through the pipeline
             self.enricher = pod_enricher(config, on_update=lambda s: self.pipeline.pods_changed(s))
         self.jobs = job_enricher(config)
+        self.containers = container_enricher(config)
         self.sampler = Sampler(nvml, all_sources(CATALOG), clock=clock,
                                read_timeout=read_timeout(config.interval),
                                sysfs_root=Path(config.sysfs_root),
                                process_usage=process_usage(config))
         self.pipeline = Pipeline(self.sampler.sample, interval=config.interval,
-                                 enrich=chain(self.enricher, self.jobs),
+                                 enrich=chain(self.enricher, self.jobs, self.containers),
                                  release=lambda: self.telemetry.rebuild(),
                                  on_publish=self._render_published,
                                  clock=clock)
@@ -282,6 +296,8 @@ class Service:
             self.health_server.start()
         if self.enricher is not None:
             self.enricher.watcher.start()
+        if self.containers is not None:
+            self.containers.source.start()
         self.pipeline.start()
         host, _ = self.config.listen
         scheme = "https" if self.server.tls is not None else "http"
@@ -304,6 +320,8 @@ class Service:
             self.health_server.stop()
         if self.enricher is not None:
             self.enricher.watcher.stop()
+        if self.containers is not None:
+            self.containers.source.stop()
         idle = self.pipeline.stop(timeout=0.5) and not self.sampler.busy()
         # The queued events go out beside the final metrics export, within the same time.
         started = time.monotonic()
