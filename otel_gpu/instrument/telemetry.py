@@ -106,9 +106,11 @@ def build_resource(
 
 
 def pod_attributes(snapshot: Snapshot, device: Device) -> dict[str, str | int]:
-    """The pod holding the device whole and the HPC jobs using it (comma-separated: one
-    series, however many jobs share it): on every series of the device, whatever
-    ``device_attributes`` says, since OTLP's per-pod Resources and queries by pod need them."""
+    """The pod holding the device whole, the HPC jobs using it (comma-separated: one
+    series, however many jobs share it) and the one container outside Kubernetes using it
+    (:meth:`~otel_gpu.snapshot.Snapshot.workload_attributes`): on every series of the
+    device, whatever ``device_attributes`` says, since OTLP's per-workload Resources and
+    queries by pod need them."""
     return dict(snapshot.workload_attributes(device.uuid))
 
 

@@ -8,6 +8,8 @@ pods' sums come back to the device's own readings.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.support.exposition import series
@@ -201,6 +203,13 @@ def test_per_pod_usage_travels_under_each_pods_resource(collector, kubelet, rece
     pods = {(g["k8s.pod.name"], g["k8s.namespace.name"], g["k8s.container.name"])
             for g in resource_groups(req) if "k8s.pod.name" in g}
     assert pods == {*SHARERS, ("solo-d", "ml", "main")}
+    # each pod's Resource has its UID, as the kubelet's pod directories name it
+    uids = {}  # <namespace>_<pod>_<uid>
+    for name in os.listdir(tmp_path / "node" / "var" / "log" / "pods"):
+        _, pod_name, uid = name.split("_")
+        uids[pod_name] = uid
+    assert {g["k8s.pod.name"]: g.get("k8s.pod.uid") for g in resource_groups(req)
+            if "k8s.pod.name" in g} == {p: uids[p] for p in (*(k[0] for k in SHARERS), "solo-d")}
     rows = req.rows()
     for row in rows:  # pod identity is the Resource's, never the point's
         assert not {"k8s.pod.name", "k8s.namespace.name", "k8s.container.name"} & set(

@@ -143,3 +143,18 @@ def test_memory_stays_flat_whatever_the_number_of_distinct_ids(node, tmp_path):
     finally:
         logging.getLogger(LOGGER).disabled = False
     assert kept < 64 * 1024, kept
+
+
+def test_the_real_sources_and_the_double_are_pod_sources(tmp_path):
+    from otel_gpu.attribute.enrich import Enricher
+    from otel_gpu.attribute.k8s.enrich import KubeletWatch
+    from otel_gpu.attribute.k8s.podresources import PodResourcesWatcher
+    from otel_gpu.attribute.k8s.source import PodSource
+
+    path = tmp_path / "kubelet.sock"
+    real = PodResourcesWatcher(path)
+    waiting = KubeletWatch(path, lambda: real, interval=1.0)
+    for source in (real, waiting, FakePodSource()):
+        assert isinstance(source, PodSource), source
+    assert waiting.state is None and not waiting.poll_once()  # no socket: nothing yet
+    assert isinstance(PodEnricher(waiting, tmp_path), Enricher)
