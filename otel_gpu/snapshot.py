@@ -11,7 +11,47 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+from otel_gpu.workload import (
+    CONTAINER_ID,
+    CONTAINER_IMAGE_NAME,
+    CONTAINER_NAME,
+    HPC_JOB_ID,
+    K8S_CONTAINER_NAME,
+    K8S_NAMESPACE_NAME,
+    K8S_POD_NAME,
+    K8S_POD_UID,
+    AllocationRow,
+    ContainerRef,
+    Holder,
+    JobRef,
+    NumaAlignment,
+    Owner,
+    PodRef,
+    Workload,
+    workload_attributes,
+)
+
+__all__ = [
+    "CONTAINER_ID",
+    "CONTAINER_IMAGE_NAME",
+    "CONTAINER_NAME",
+    "HPC_JOB_ID",
+    "K8S_CONTAINER_NAME",
+    "K8S_NAMESPACE_NAME",
+    "K8S_POD_NAME",
+    "K8S_POD_UID",
+    "AllocationRow",
+    "ContainerRef",
+    "Holder",
+    "JobRef",
+    "NumaAlignment",
+    "Owner",
+    "PodRef",
+    "Workload",
+    "workload_attributes",
+]
 
 # Device states, as the OpenTelemetry ``hw.state`` attribute spells them.
 OK = "ok"
@@ -20,7 +60,7 @@ FAILED = "failed"
 PREDICTED_FAILURE = "predicted_failure"
 STATES = (OK, DEGRADED, FAILED, PREDICTED_FAILURE)
 
-_EMPTY: Mapping = MappingProxyType({})
+_EMPTY: Mapping[Any, Any] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -129,43 +169,8 @@ class DeviceSample:
 
 
 # --- what the attribution stage hands on -------------------------------------------
-
-
-class PodRef(NamedTuple):
-    """A container, as series labels name it."""
-
-    pod: str
-    namespace: str
-    container: str
-
-
-@dataclass(frozen=True)
-class Holder:
-    """A container holding a device. ``replica`` is the share number, if shared."""
-
-    pod: str
-    namespace: str
-    container: str
-    replica: int | None
-    resource_name: str
-    shared: bool = False
-    """Held through a shared id (replica, GKE vgpu, DRA share): never an owner."""
-
-    @property
-    def ref(self) -> PodRef:
-        return PodRef(self.pod, self.namespace, self.container)
-
-
-@dataclass(frozen=True)
-class AllocationRow:
-    """One row of the allocation metric (value 1)."""
-
-    uuid: str
-    pod: str
-    namespace: str
-    container: str
-    replica: int | None
-    resource_name: str
+#
+# The workload identities are in otel_gpu.workload (re-exported here).
 
 
 @dataclass(frozen=True)
@@ -183,18 +188,6 @@ class ResourceSummary:
 
 
 @dataclass(frozen=True)
-class NumaAlignment:
-    """Share of a container's exclusive CPUs on the NUMA node(s) of its device."""
-
-    pod: str
-    namespace: str
-    container: str
-    uuid: str
-    numa_nodes: tuple[int, ...]
-    fraction: float
-
-
-@dataclass(frozen=True)
 class UnresolvedId:
     """An allocated id that was skipped; the attribution stage logs each one once."""
 
@@ -207,17 +200,19 @@ class UnresolvedId:
 class PodUsage:
     """What one container's processes use of one device in one sample (process usage).
 
-    ``pod`` is ``None`` for the processes that map to no pod (host processes,
-    processes whose ``/proc`` entry is gone or not visible, pods whose name is
-    not found): they are summed in one row per device. ``pod.container`` is
-    empty when the pod is known but not which of its containers runs the
-    process. Sums and shares add up the container's processes; a share is
-    ``None`` when NVML gave none for the device, the memory when it gave none
+    ``pod`` is the workload the processes run in: a pod's container, or a
+    container outside Kubernetes. It is ``None`` for the processes that map to
+    none (host processes, processes whose ``/proc`` entry is gone or not
+    visible, pods whose name is not found): they are summed in one row per
+    device. A pod's ``container`` is empty when the pod is known but not
+    which of its containers runs the process. Sums and shares add up the
+    container's processes; a share is ``None`` when NVML gave none for the
+    device, the memory when it gave none
     for any of the processes.
     """
 
     uuid: str
-    pod: PodRef | None
+    pod: Owner | None
     processes: int
     used_memory: int | None = None
     sm: float | None = None
@@ -237,7 +232,7 @@ class PodEnergy:
     """
 
     uuid: str
-    pod: PodRef | None
+    pod: Owner | None
     millijoules: int
     rule: str
 
@@ -267,7 +262,7 @@ class Attribution:
             {uuid: hs[0] for uuid, hs in holders.items() if len(hs) == 1 and not hs[0].shared}
         )
         rows = {
-            AllocationRow(uuid, h.pod, h.namespace, h.container, h.replica, h.resource_name)
+            AllocationRow(uuid, h.ref, h.replica, h.resource_name)
             for uuid, hs in holders.items()
             for h in hs
         }
@@ -333,7 +328,7 @@ class Attribution:
         )
 
 
-def _row_key(row: AllocationRow) -> tuple:
+def _row_key(row: AllocationRow) -> tuple[str, str, str, str, int, str]:
     replica = -1 if row.replica is None else row.replica
     return (row.uuid, row.namespace, row.pod, row.container, replica, row.resource_name)
 
@@ -371,6 +366,30 @@ class Pods:
 
 
 @dataclass(frozen=True)
+class ContainerStats:
+    """Self-metrics of the container runtime poller."""
+
+    requests: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    """Calls made, by outcome (``ok``, or what went wrong)."""
+    containers: int = 0
+    """Containers the runtime listed in its last good answer."""
+    socket_present: bool | None = None
+
+
+@dataclass(frozen=True)
+class Containers:
+    """Containers outside Kubernetes joined to one snapshot's devices (process usage on)."""
+
+    devices: Mapping[str, tuple[ContainerRef, ...]] = field(default_factory=lambda: _EMPTY)
+    """Device uuid -> the containers with processes on it, sorted; devices without any
+    are absent."""
+    usage: tuple[PodUsage, ...] = ()
+    """Per (device, container) usage, and one row per device for the processes in no
+    container, where no kubelet answer gives the pods' rows."""
+    stats: ContainerStats | None = None
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything one sample read. ``seq`` increases by one per sample."""
 
@@ -392,6 +411,9 @@ class Snapshot:
     jobs: Mapping[str, tuple[str, ...]] | None = None
     """HPC job ids per device uuid, sorted (an immutable mapping; devices without jobs
     are absent), when HPC job attribution is on (:mod:`otel_gpu.attribute.hpc`)."""
+    containers: Containers | None = None
+    """Set when container attribution outside Kubernetes is on
+    (:mod:`otel_gpu.attribute.container`)."""
 
     def healthy_devices(self) -> int:
         """Devices that answered this sample and are not failed."""
@@ -414,3 +436,29 @@ class Snapshot:
         if self.jobs is None:
             return ()
         return self.jobs.get(uuid, ())
+
+    def series_containers(self, uuid: str) -> tuple[ContainerRef, ...]:
+        """The container outside Kubernetes using ``uuid`` alone (its processes are the
+        only ones on it in a container); none when several share it, or when off."""
+        if self.containers is None:
+            return ()
+        found = self.containers.devices.get(uuid, ())
+        return found if len(found) == 1 else ()
+
+    def series_workloads(self, uuid: str) -> tuple[Workload, ...]:
+        """Every workload whose attributes go on ``uuid``'s series: the pod holding it
+        whole, the HPC jobs using it, the one container outside Kubernetes using it."""
+        return (*self.series_pods(uuid), *(JobRef(j) for j in self.series_jobs(uuid)),
+                *self.series_containers(uuid))
+
+    def workload_attributes(self, uuid: str) -> dict[str, str]:
+        """The attributes of :meth:`series_workloads` on one series."""
+        return workload_attributes(self.series_workloads(uuid))
+
+    def usage(self) -> tuple[PodUsage, ...]:
+        """Per (device, workload) usage rows: the pods', and the containers' outside
+        Kubernetes where no kubelet answer gave the pods' rows."""
+        pods = self.pods.usage if self.pods is not None else ()
+        if pods or self.containers is None:
+            return pods
+        return self.containers.usage

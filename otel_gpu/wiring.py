@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from opentelemetry.sdk.metrics.export import MetricReader
 
+from otel_gpu.attribute.enrich import Enricher, Enrichers
 from otel_gpu.config import Config
 from otel_gpu.errors import SetupError
 from otel_gpu.export import naming, otlp
@@ -34,6 +35,7 @@ from otel_gpu.sample.sampler import Sampler
 from otel_gpu.snapshot import Snapshot
 
 if TYPE_CHECKING:  # gRPC is imported only once a kubelet socket exists
+    from otel_gpu.attribute.container.enrich import ContainerEnricher
     from otel_gpu.attribute.hpc.enrich import JobEnricher
     from otel_gpu.attribute.k8s.enrich import PodEnricher
     from otel_gpu.attribute.k8s.podresources import PodResourcesWatcher
@@ -86,20 +88,18 @@ def job_enricher(config: Config) -> JobEnricher | None:
     return build(config.hpc_job_mapping_dir, config.proc_root, processes=config.process_usage)
 
 
-def chain(
-    *stages: Callable[[Snapshot], Snapshot] | None,
-) -> Callable[[Snapshot], Snapshot] | None:
-    """The enrich stages present, applied in order (pods, then jobs); None if there are none."""
-    present = [stage for stage in stages if stage is not None]
-    if len(present) <= 1:
-        return present[0] if present else None
+def container_enricher(config: Config) -> ContainerEnricher | None:
+    """The stage naming containers outside Kubernetes; None without process usage."""
+    from otel_gpu.attribute.container.enrich import container_enricher as build
 
-    def enrich(snapshot: Snapshot) -> Snapshot:
-        for stage in present:
-            snapshot = stage(snapshot)
-        return snapshot
+    return build(config.container_socket, config.proc_root, interval=config.kubelet_interval,
+                 processes=config.process_usage)
 
-    return enrich
+
+def chain(*stages: Enricher | None) -> Callable[[Snapshot], Snapshot] | None:
+    """The enrich stages present, applied in order (pods, jobs, containers); None if none."""
+    present = Enrichers(*stages)
+    return present.process if present else None
 
 
 def pod_enricher(
@@ -107,7 +107,7 @@ def pod_enricher(
 ) -> PodEnricher:
     """The Kubernetes attribution stage for ``config`` (gRPC is imported once a socket exists)."""
     from otel_gpu.attribute.k8s.enrich import KubeletWatch, PodEnricher
-    from otel_gpu.attribute.k8s.processes import ProcessMapper
+    from otel_gpu.attribute.k8s.processes import PodLogIndex, ProcessMapper
 
     def build() -> PodResourcesWatcher:  # imports gRPC: only once the socket exists
         from otel_gpu.attribute.k8s.podresources import PodResourcesWatcher
@@ -122,9 +122,10 @@ def pod_enricher(
         )
 
     watcher = KubeletWatch(config.kubelet_socket, build, interval=config.kubelet_interval)
-    processes = (ProcessMapper(Path(config.proc_root), Path(config.pod_log_root))
+    pod_dirs = PodLogIndex(Path(config.pod_log_root))
+    processes = (ProcessMapper(Path(config.proc_root), index=pod_dirs)
                  if config.process_usage else None)
-    return PodEnricher(watcher, Path(config.sysfs_root), processes=processes)
+    return PodEnricher(watcher, Path(config.sysfs_root), processes=processes, pod_dirs=pod_dirs)
 
 
 def sample_once(config: Config, nvml: Nvml) -> Snapshot:
@@ -149,12 +150,16 @@ def sample_once(config: Config, nvml: Nvml) -> Snapshot:
         enrich = pod_enricher(config)
         try:
             if enrich.watcher.poll_once():
-                snapshot = enrich(snapshot)
+                snapshot = enrich.process(snapshot)
         finally:
             enrich.watcher.stop()
     jobs = job_enricher(config)
     if jobs is not None:
-        snapshot = jobs(snapshot)
+        snapshot = jobs.process(snapshot)
+    containers = container_enricher(config)
+    if containers is not None:
+        containers.source.poll_once()
+        snapshot = containers.process(snapshot)
     return snapshot
 
 
@@ -194,12 +199,13 @@ class Service:
         if config.pod_attribution:  # the kubelet thread re-publishes through the pipeline
             self.enricher = pod_enricher(config, on_update=lambda s: self.pipeline.pods_changed(s))
         self.jobs = job_enricher(config)
+        self.containers = container_enricher(config)
         self.sampler = Sampler(nvml, all_sources(CATALOG), clock=clock,
                                read_timeout=read_timeout(config.interval),
                                sysfs_root=Path(config.sysfs_root),
                                process_usage=process_usage(config))
         self.pipeline = Pipeline(self.sampler.sample, interval=config.interval,
-                                 enrich=chain(self.enricher, self.jobs),
+                                 enrich=chain(self.enricher, self.jobs, self.containers),
                                  release=lambda: self.telemetry.rebuild(),
                                  on_publish=self._render_published,
                                  clock=clock)
@@ -291,6 +297,8 @@ class Service:
             self.health_server.start()
         if self.enricher is not None:
             self.enricher.watcher.start()
+        if self.containers is not None:
+            self.containers.source.start()
         self.pipeline.start()
         host, _ = self.config.listen
         scheme = "https" if self.server.tls is not None else "http"
@@ -313,6 +321,8 @@ class Service:
             self.health_server.stop()
         if self.enricher is not None:
             self.enricher.watcher.stop()
+        if self.containers is not None:
+            self.containers.source.stop()
         idle = self.pipeline.stop(timeout=0.5) and not self.sampler.busy()
         # The queued events go out beside the final metrics export, within the same time.
         started = time.monotonic()

@@ -10,7 +10,7 @@ from otel_gpu.attribute.k8s.attribution import attribute
 from otel_gpu.attribute.k8s.podresources import Allocation, PodResourcesState
 from otel_gpu.config import load
 from otel_gpu.sample.library import Nvml
-from otel_gpu.snapshot import Device, DeviceSample, Pods
+from otel_gpu.snapshot import Device, DeviceSample, PodRef, Pods
 from otel_gpu.wiring import Service, sample_once
 from tests.support.snapshots import snapshot
 
@@ -58,7 +58,7 @@ def test_pod_churn_rebuilds_the_pipeline_before_the_sdk_overflows(build_service)
     sample = DeviceSample(gpu, values={"power": 70000.0, "clock.reasons": 1.0})
     for i in range(400):  # a short job per sample, 400 of them
         state = PodResourcesState(
-            (Allocation(f"job-{i}", "ci", "main", "nvidia.com/gpu", T4_UUID),), None,
+            (Allocation(PodRef(f"job-{i}", "ci", "main"), "nvidia.com/gpu", T4_UUID),), None,
             float(i), "v1")
         snap = snapshot(sample, seq=i + 1,
                         pods=Pods(attribute([gpu], state), None, float(i)))

@@ -192,6 +192,10 @@ class Config:
         required_text, "/var/log/pods", "DIR",
         "process usage: the kubelet's pod log directory (mounted read-only; only names are "
         "read), whose sibling containers/ names each container id")
+    container_socket: str = setting(
+        required_text, "/var/run/docker.sock", "PATH",
+        "process usage outside Kubernetes: a Docker-compatible API socket (Docker, Podman) "
+        "naming the containers GPU processes run in; off while no socket is there")
     hpc_job_mapping_dir: str | None = setting(
         optional_text, None, "DIR",
         "HPC job labels from dcgm-exporter's job mapping directory: one file per GPU "

@@ -49,7 +49,7 @@ from otel_gpu.config import OPTIONS, parse_endpoint
 from otel_gpu.errors import SetupError
 from otel_gpu.export.collected import CollectingReader
 from otel_gpu.export.push import OtlpPush, cumulative
-from otel_gpu.instrument.catalog import HPC_JOB, POD_ATTRIBUTES
+from otel_gpu.instrument.catalog import WORKLOAD_ATTRIBUTES
 
 log = logging.getLogger(__name__)
 
@@ -464,7 +464,7 @@ class PodResourceExporter(MetricExporter):
 
     def __init__(
         self, inner: MetricExporter, node: Resource,
-        keys: Sequence[str] = (*POD_ATTRIBUTES, HPC_JOB),
+        keys: Sequence[str] = WORKLOAD_ATTRIBUTES,
     ) -> None:
         super().__init__(
             preferred_temporality=inner._preferred_temporality,

@@ -39,7 +39,7 @@ from otel_gpu import __version__
 from otel_gpu.export import otlp
 from otel_gpu.export.events import ERROR, FATAL, INFO, WARN, Event
 from otel_gpu.export.otlp import GRPC, RESOURCE, OtlpSettings, OtlpSetupError
-from otel_gpu.instrument.catalog import HPC_JOB, POD_ATTRIBUTES
+from otel_gpu.instrument.catalog import WORKLOAD_ATTRIBUTES
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +195,7 @@ class PodResourceLogExporter(LogRecordExporter):
     """
 
     def __init__(self, inner: LogRecordExporter, node: Resource,
-                 keys: Sequence[str] = (*POD_ATTRIBUTES, HPC_JOB)) -> None:
+                 keys: Sequence[str] = WORKLOAD_ATTRIBUTES) -> None:
         self._inner = inner
         self._node = node
         self._keys = tuple(keys)

@@ -235,9 +235,14 @@ NUMA_NODE = "nvidia.gpu.numa_node"
 K8S_POD = "k8s.pod.name"
 K8S_NAMESPACE = "k8s.namespace.name"
 K8S_CONTAINER = "k8s.container.name"
+K8S_POD_UID = "k8s.pod.uid"
 K8S_RESOURCE = "nvidia.gpu.k8s.resource"
 REPLICA = "nvidia.gpu.k8s.replica"
-POD_ATTRIBUTES = (K8S_POD, K8S_NAMESPACE, K8S_CONTAINER)
+POD_ATTRIBUTES = (K8S_POD, K8S_NAMESPACE, K8S_CONTAINER, K8S_POD_UID)
+CONTAINER_ID = "container.id"
+CONTAINER_NAME = "container.name"
+CONTAINER_IMAGE = "container.image.name"
+CONTAINER_ATTRIBUTES = (CONTAINER_ID, CONTAINER_NAME, CONTAINER_IMAGE)
 HPC_JOB = "nvidia.gpu.hpc.job.id"
 """HPC (Slurm) job ids using the device, comma-separated; OpenTelemetry has no convention
 for a batch job yet (see docs/hpc.md)."""
@@ -248,8 +253,9 @@ IDENTITY_ATTRIBUTES: frozenset[str] = frozenset(
 tells one device from another. The others describe the device and never change while it is
 there; with ``device_attributes: identity`` (the default) only ``nvidia.gpu.info`` carries
 them, so that each series costs a collection fewer attributes to clean and hash."""
-WORKLOAD_ATTRIBUTES: tuple[str, ...] = (*POD_ATTRIBUTES, HPC_JOB)
-"""The pod and HPC job attributes: on every series of a device, never on its info series."""
+WORKLOAD_ATTRIBUTES: tuple[str, ...] = (*POD_ATTRIBUTES, HPC_JOB, *CONTAINER_ATTRIBUTES)
+"""The pod, HPC job and container attributes: on every series of a device, never on its
+info series; with OTLP, in the workload's Resource."""
 
 DEVICE_ATTRIBUTES: tuple[tuple[str, str], ...] = (
     (HW_ID, "GPU UUID (`GPU-...`) or MIG instance UUID (`MIG-...`)"),
@@ -270,8 +276,14 @@ DEVICE_ATTRIBUTES: tuple[tuple[str, str], ...] = (
               "or free devices)"),
     (K8S_NAMESPACE, "namespace of that pod"),
     (K8S_CONTAINER, "container of that pod holding the device"),
+    (K8S_POD_UID, "UID of that pod, where the node's files say it (the kubelet's pod log "
+                  "directories, `pod_log_root`)"),
     (HPC_JOB, "HPC (Slurm) jobs using the device, comma-separated, from the job mapping "
               "directory and the processes' cgroups (`hpc_job_mapping_dir`, `process_usage`)"),
+    (CONTAINER_ID, "container outside Kubernetes whose processes alone use the device, from "
+                   "their cgroups (`process_usage`; docs/containers.md)"),
+    (CONTAINER_NAME, "that container's name, from the runtime's API (`container_socket`)"),
+    (CONTAINER_IMAGE, "that container's image, without its tag"),
 )
 
 
@@ -322,13 +334,12 @@ def _devices(snapshot: Snapshot, now: float) -> Iterable[Observation]:
 
 def pod_labels(ref: PodRef) -> dict[str, str]:
     """A container's attributes under the OpenTelemetry Kubernetes conventions."""
-    return {K8S_POD: ref.pod, K8S_NAMESPACE: ref.namespace, K8S_CONTAINER: ref.container}
+    return ref.attributes()
 
 
 def _allocations(snapshot: Snapshot, now: float) -> Iterable[Observation]:
     for row in snapshot.allocations():
-        attrs = {HW_ID: row.uuid, **pod_labels(PodRef(row.pod, row.namespace, row.container)),
-                 K8S_RESOURCE: row.resource_name}
+        attrs = {HW_ID: row.uuid, **pod_labels(row.ref), K8S_RESOURCE: row.resource_name}
         if row.replica is not None:
             attrs[REPLICA] = str(row.replica)
         yield 1.0, attrs
@@ -353,8 +364,7 @@ def _numa_alignment(snapshot: Snapshot, now: float) -> Iterable[Observation]:
     if snapshot.pods is None:
         return
     for row in snapshot.pods.attribution.numa_alignment():
-        ref = PodRef(row.pod, row.namespace, row.container)
-        yield row.fraction, {HW_ID: row.uuid, **pod_labels(ref)}
+        yield row.fraction, {HW_ID: row.uuid, **pod_labels(row.ref)}
 
 
 def _kubelet_requests(snapshot: Snapshot, now: float) -> Iterable[Observation]:
@@ -389,7 +399,7 @@ def _unresolved_ids(snapshot: Snapshot, now: float) -> Iterable[Observation]:
 # for the processes of no pod, marked by PROCESS_OWNER instead of pod attributes.
 PROCESS_OWNER = "nvidia.gpu.process.owner"
 UNATTRIBUTED = "unattributed"
-USAGE_ATTRIBUTES = (HW_ID, *POD_ATTRIBUTES, PROCESS_OWNER)
+USAGE_ATTRIBUTES = (HW_ID, *POD_ATTRIBUTES, *CONTAINER_ATTRIBUTES, PROCESS_OWNER)
 _TO_CONTAINER = "per container (/proc/PID/cgroup, kubelet /var/log/pods)"
 _SHARE_SOURCE = ("nvmlDeviceGetProcessesUtilizationInfo (else nvmlDeviceGetProcessUtilization) "
                  ".{field} (percent / 100), averaged per process since the previous sample, "
@@ -400,17 +410,12 @@ def usage_labels(row: PodUsage | PodEnergy) -> dict[str, str]:
     """A usage row's attributes: the device and the container, or the unattributed mark."""
     if row.pod is None:
         return {HW_ID: row.uuid, PROCESS_OWNER: UNATTRIBUTED}
-    labels = {HW_ID: row.uuid, **pod_labels(row.pod)}
-    if not row.pod.container:
-        del labels[K8S_CONTAINER]
-    return labels
+    return {HW_ID: row.uuid, **row.pod.attributes()}
 
 
 def _usage(field: str) -> Callable[[Snapshot, float], Iterable[Observation]]:
     def observe(snapshot: Snapshot, now: float) -> Iterable[Observation]:
-        if snapshot.pods is None:
-            return
-        for row in snapshot.pods.usage:
+        for row in snapshot.usage():
             value = getattr(row, field)
             if value is not None:
                 yield float(value), usage_labels(row)

@@ -33,7 +33,6 @@ from otel_gpu import __version__
 from otel_gpu.instrument.catalog import (
     CATALOG,
     GPU_INDEX,
-    HPC_JOB,
     HW_DRIVER_VERSION,
     HW_ID,
     HW_MODEL,
@@ -51,7 +50,6 @@ from otel_gpu.instrument.catalog import (
     Kind,
     Metric,
     device_observations,
-    pod_labels,
 )
 from otel_gpu.publish.pipeline import room_for
 from otel_gpu.snapshot import Device, Snapshot
@@ -108,18 +106,12 @@ def build_resource(
 
 
 def pod_attributes(snapshot: Snapshot, device: Device) -> dict[str, str | int]:
-    """The pod holding the device whole and the HPC jobs using it (comma-separated: one
-    series, however many jobs share it): on every series of the device, whatever
-    ``device_attributes`` says, since OTLP's per-pod Resources and queries by pod need them."""
-    attrs: dict[str, str | int] = {}
-    jobs = snapshot.series_jobs(device.uuid)
-    if jobs:
-        attrs[HPC_JOB] = ",".join(jobs)
-    if snapshot.pods is None:
-        return attrs
-    for ref in snapshot.series_pods(device.uuid):  # at most one: copies are a dcgm option
-        attrs.update(pod_labels(ref))
-    return attrs
+    """The pod holding the device whole, the HPC jobs using it (comma-separated: one
+    series, however many jobs share it) and the one container outside Kubernetes using it
+    (:meth:`~otel_gpu.snapshot.Snapshot.workload_attributes`): on every series of the
+    device, whatever ``device_attributes`` says, since OTLP's per-workload Resources and
+    queries by pod need them."""
+    return dict(snapshot.workload_attributes(device.uuid))
 
 
 def kubelet_numa_node(snapshot: Snapshot, device: Device) -> int | None:

@@ -186,12 +186,14 @@ class PodChurn:
 
     def needs_rebuild(self, snapshot: Snapshot) -> str | None:
         """Why the MeterProvider should be rebuilt after ``snapshot`` (None: it need not)."""
-        if snapshot.pods is None and snapshot.jobs is None:
+        if snapshot.pods is None and snapshot.jobs is None and snapshot.containers is None:
             return None
         current: set[tuple] = {(r.uuid, r.namespace, r.pod, r.container, r.replica)
                                for r in snapshot.allocations()}
         # A device's series carry its HPC jobs: each new set of jobs is new series too.
         current.update((uuid, jobs) for uuid, jobs in (snapshot.jobs or {}).items())
+        if snapshot.containers is not None:  # and containers outside Kubernetes, their usage
+            current.update(snapshot.containers.devices.items())
         self._seen |= current
         if len(self._seen) > self.room:
             reason = GROWN

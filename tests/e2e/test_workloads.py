@@ -8,6 +8,8 @@ pods' sums come back to the device's own readings.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.support.exposition import series
@@ -201,6 +203,13 @@ def test_per_pod_usage_travels_under_each_pods_resource(collector, kubelet, rece
     pods = {(g["k8s.pod.name"], g["k8s.namespace.name"], g["k8s.container.name"])
             for g in resource_groups(req) if "k8s.pod.name" in g}
     assert pods == {*SHARERS, ("solo-d", "ml", "main")}
+    # each pod's Resource has its UID, as the kubelet's pod directories name it
+    uids = {}  # <namespace>_<pod>_<uid>
+    for name in os.listdir(tmp_path / "node" / "var" / "log" / "pods"):
+        _, pod_name, uid = name.split("_")
+        uids[pod_name] = uid
+    assert {g["k8s.pod.name"]: g.get("k8s.pod.uid") for g in resource_groups(req)
+            if "k8s.pod.name" in g} == {p: uids[p] for p in (*(k[0] for k in SHARERS), "solo-d")}
     rows = req.rows()
     for row in rows:  # pod identity is the Resource's, never the point's
         assert not {"k8s.pod.name", "k8s.namespace.name", "k8s.container.name"} & set(
@@ -245,3 +254,125 @@ def test_two_pods_on_two_mig_instances(collector, kubelet, tmp_path):
     # no per-process utilization in MIG mode, and nothing counted twice on the parent
     assert not series(text, "nvidia_gpu_k8s_sm_utilization")
     assert not _usage(text, "nvidia_gpu_k8s_memory_usage_bytes", SHARED)
+
+
+# --- containers outside Kubernetes (Docker, Podman): no kubelet, a runtime socket ----------
+
+TRAINER = "3f4e5d6c7b8a99887766554433221100ffeeddccbbaa00112233445566778899"
+LLM = "c0ffee" + "0" * 58
+UNLISTED = "d" * 64
+DOCKER_HOST = f"""\
+name: docker-host
+devices:
+  - name: NVIDIA A10
+    uuid: {WHOLE}
+    memory: {{total: {24 * GIB}, used: {2 * GIB}}}
+    utilization: {{gpu: 60, memory: 15}}
+    processes:
+      - {{pid: 501, used_memory: {2 * GIB}, sm: 60, memory_util: 15}}
+  - name: NVIDIA A10
+    uuid: {SHARED}
+    memory: {{total: {24 * GIB}, used: {6 * GIB}}}
+    utilization: {{gpu: 55, memory: 25}}
+    processes:
+      - {{pid: 601, used_memory: {3 * GIB}, sm: 30, memory_util: 10}}
+      - {{pid: 602, used_memory: {2 * GIB}, sm: 20, memory_util: 10}}
+      - {{pid: 900, used_memory: {1 * GIB}, sm: 5, memory_util: 5}}
+"""
+CGROUPS = {
+    501: f"0::/system.slice/docker-{TRAINER}.scope\n",  # Docker, systemd, cgroup v2
+    601: f"12:memory:/docker/{LLM}\n1:name=systemd:/docker/{LLM}\n0::/\n",  # cgroupfs, v1
+    602: f"0::/machine.slice/libpod-{UNLISTED}.scope/container\n",  # Podman, not listed
+    900: "0::/system.slice/ollama.service\n",  # a host process
+}
+
+
+def _start_on_docker_host(collector, tmp_path, runtime, env=None):
+    from tests.support.container_runtime import docker_container
+
+    runtime.set_containers([docker_container(TRAINER, "trainer", "pytorch/pytorch:2.3.1"),
+                            docker_container(LLM, "llm", "ollama/ollama:0.5.7")])
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(DOCKER_HOST)
+    proc_root = tmp_path / "proc"
+    for pid, text in CGROUPS.items():
+        (proc_root / str(pid)).mkdir(parents=True)
+        (proc_root / str(pid) / "cgroup").write_text(text)
+    return collector(
+        "--simulate", str(scenario), "--kubelet-socket", str(tmp_path / "no-kubelet.sock"),
+        "--kubelet-interval", "0.1", "--process-usage", "true", "--proc-root", str(proc_root),
+        "--container-socket", runtime.socket_path, env=env)
+
+
+def _container_key(labels: dict) -> tuple:
+    return tuple(labels.get(k) or None
+                 for k in ("container_id", "container_name", "container_image_name"))
+
+
+@pytest.fixture
+def runtime():
+    from tests.support.container_runtime import FakeRuntime
+
+    with FakeRuntime() as fake:
+        yield fake
+
+
+def test_a_container_outside_kubernetes_names_its_gpu_and_its_usage(collector, runtime, tmp_path):
+    proc = _start_on_docker_host(collector, tmp_path, runtime)
+
+    def named():
+        text = proc.metrics()
+        found = series(text, "hw_gpu_memory_usage_bytes", hw_id=WHOLE)
+        return text if found and found[0][0].get("container_name") == "trainer" else None
+
+    text = wait_until(named, 20, "the GPU's series named by its container")
+    # the GPU one container uses alone carries the container on its series
+    (labels,) = [lab for lab, _ in series(text, "hw_gpu_memory_usage_bytes", hw_id=WHOLE)]
+    assert _container_key(labels) == (TRAINER, "trainer", "pytorch/pytorch")
+    assert not labels.get("k8s_pod_name")
+    (labels,) = [lab for lab, _ in series(text, "hw_gpu_utilization", hw_id=WHOLE,
+                                          hw_gpu_task="general")]
+    assert labels["container_name"] == "trainer"
+    # a GPU two containers share names neither on its own series ...
+    (labels,) = [lab for lab, _ in series(text, "hw_gpu_memory_usage_bytes", hw_id=SHARED)]
+    assert _container_key(labels) == (None, None, None)
+    # ... and its usage rows are per container, the host's process unattributed
+    memory = {_container_key(lab): v
+              for lab, v in series(text, "nvidia_gpu_k8s_memory_usage_bytes", hw_id=SHARED)}
+    assert memory == {(LLM, "llm", "ollama/ollama"): 3 * GIB,
+                      (UNLISTED, None, None): 2 * GIB,  # the runtime does not list it: id only
+                      (None, None, None): 1 * GIB}
+    assert sum(memory.values()) == _device(text, "hw_gpu_memory_usage_bytes", SHARED)
+    sm = {_container_key(lab): v
+          for lab, v in series(text, "nvidia_gpu_k8s_sm_utilization", hw_id=SHARED)}
+    assert sm[(LLM, "llm", "ollama/ollama")] == pytest.approx(0.30)
+    whole = {_container_key(lab): v
+             for lab, v in series(text, "nvidia_gpu_k8s_processes", hw_id=WHOLE)}
+    assert whole == {(TRAINER, "trainer", "pytorch/pytorch"): 1}
+    assert runtime.calls >= 1
+
+
+def test_each_container_outside_kubernetes_travels_under_its_own_resource(
+        collector, runtime, receiver, tmp_path):
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.http_endpoint,
+           "OTEL_METRIC_EXPORT_INTERVAL": "300", "OTEL_EXPORTER_OTLP_TIMEOUT": "2"}
+    _start_on_docker_host(collector, tmp_path, runtime, env=env)
+
+    def both(r) -> bool:
+        names = {g.get("container.name") for g in resource_groups(r)}
+        return {"trainer", "llm"} <= names
+
+    (req,) = receiver.wait_for(both, timeout=30)
+    rows = req.rows()
+    for row in rows:  # the container is the Resource's, never the point's
+        assert not {"container.id", "container.name", "container.image.name"} & set(
+            row.attributes), row
+    (gpu,) = [r for r in rows if r.metric == "hw.gpu.memory.usage"
+              and r.attributes["hw.id"] == WHOLE]
+    assert {k: gpu.resource.get(k) for k in ("container.id", "container.name",
+                                             "container.image.name")} == {
+        "container.id": TRAINER, "container.name": "trainer",
+        "container.image.name": "pytorch/pytorch"}
+    (llm,) = [r for r in rows if r.metric == "nvidia.gpu.k8s.memory.usage"
+              and r.resource.get("container.name") == "llm"]
+    assert llm.attributes["hw.id"] == SHARED and llm.value == 3 * GIB

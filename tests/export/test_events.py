@@ -16,6 +16,7 @@ from otel_gpu.snapshot import (
     PREDICTED_FAILURE,
     Attribution,
     Holder,
+    PodRef,
     Pods,
     XidEvent,
 )
@@ -57,7 +58,7 @@ def pods(**holders: tuple[Holder, ...]) -> Pods:
 
 
 def holder(pod: str, container: str = "main", shared: bool = False) -> Holder:
-    return Holder(pod, "ml", container, None, "nvidia.com/gpu", shared)
+    return Holder(PodRef(pod, "ml", container), None, "nvidia.com/gpu", shared)
 
 
 # --- XIDs -----------------------------------------------------------------------------

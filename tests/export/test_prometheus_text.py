@@ -32,7 +32,7 @@ from otel_gpu.export.collected import CollectingReader
 from otel_gpu.export.prometheus import new_reader
 from otel_gpu.export.prometheus_text import TextWriter
 from otel_gpu.instrument.telemetry import build_meter_provider, build_resource
-from otel_gpu.snapshot import FAILED, OK, Attribution, Device, DeviceSample, Holder, Pods
+from otel_gpu.snapshot import FAILED, OK, Attribution, Device, DeviceSample, Holder, PodRef, Pods
 from tests.support.snapshots import snapshot
 
 CUMULATIVE, DELTA = AggregationTemporality.CUMULATIVE, AggregationTemporality.DELTA
@@ -205,8 +205,8 @@ def test_the_collectors_catalog_writes_as_the_exporter_would_across_collections(
     provider = build_meter_provider(build_resource(environ={}), [exporter, ours],
                                     lambda: state["snap"], clock=lambda: 105.0)
     try:
-        train = _pods(Holder("train-0", "ml", "main", None, "nvidia.com/gpu"))
-        odd = _pods(Holder('odd "pod"', "ml", "ü", None, "nvidia.com/gpu"))
+        train = _pods(Holder(PodRef("train-0", "ml", "main"), None, "nvidia.com/gpu"))
+        odd = _pods(Holder(PodRef('odd "pod"', "ml", "ü"), None, "nvidia.com/gpu"))
         for seq, pods, power in ((1, None, 312_500), (2, None, 100_000), (3, train, 100_000),
                                  (4, odd, 250_000)):
             state["snap"] = _snapshot(seq, pods, power)

@@ -26,7 +26,7 @@ from otel_gpu.instrument.telemetry import (
     identity_attributes,
 )
 from otel_gpu.publish.pipeline import room_for
-from otel_gpu.snapshot import FAILED, OK, Attribution, Device, DeviceSample, Holder, Pods
+from otel_gpu.snapshot import FAILED, OK, Attribution, Device, DeviceSample, Holder, PodRef, Pods
 from tests.support.snapshots import snapshot
 
 GPU = Device("GPU-aaaa", 0, "NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "00000000:18:00.0",
@@ -122,8 +122,8 @@ VALUES = MappingProxyType({"power": 300_000, "energy": 5_000_000, "temp.gpu": 50
 def _mixed_node():
     """A GPU held whole by a pod (the kubelet placing it on another NUMA node than NVML),
     a GPU in MIG mode with an instance held whole and one running an HPC job, a lost GPU."""
-    holder = Holder("train", "ml", "main", None, "nvidia.com/gpu")
-    mig_holder = Holder("small", "ml", "srv", None, "nvidia.com/mig-1g.5gb")
+    holder = Holder(PodRef("train", "ml", "main"), None, "nvidia.com/gpu")
+    mig_holder = Holder(PodRef("small", "ml", "srv"), None, "nvidia.com/mig-1g.5gb")
     attribution = Attribution({HELD.uuid: (holder,), MIG.uuid: (mig_holder,)},
                               numa={HELD.uuid: (1,)})
     samples = [DeviceSample(d, OK, VALUES) for d in (HELD, MIG_PARENT, MIG, MIG_JOB)]
@@ -190,7 +190,8 @@ def test_identity_keeps_the_device_and_its_workload_and_info_holds_the_rest():
     mig = {k for _, a in _device_series(points) if a["hw.id"] == MIG.uuid for k in a}
     assert mig == {"hw.id", "hw.type", "nvidia.gpu.index", "hw.parent",
                    "nvidia.gpu.mig.profile", "nvidia.gpu.mig.gpu_instance_id",
-                   "nvidia.gpu.mig.compute_instance_id", *POD_ATTRIBUTES}
+                   "nvidia.gpu.mig.compute_instance_id",
+                   *POD_ATTRIBUTES} - {"k8s.pod.uid"}  # no UID known
     # one info series per GPU and MIG instance, the lost GPU's too, with every attribute,
     # the kubelet's NUMA node beating NVML's, and no pod or job (it is not theirs)
     info = _info(points)
@@ -286,7 +287,8 @@ OVERFLOW = "otel.metric.overflow"
 def _time_sliced(holders: int, seq: int = 1):
     """GPU shared by ``holders`` pods (time-slicing replicas), one allocation series each."""
     attribution = Attribution({GPU.uuid: tuple(
-        Holder(f"slice-{i}", "ml", "srv", i, "nvidia.com/gpu", True) for i in range(holders))})
+        Holder(PodRef(f"slice-{i}", "ml", "srv"), i, "nvidia.com/gpu", True)
+        for i in range(holders))})
     return snapshot(DeviceSample(GPU, OK, MappingProxyType({"power": 300_000})), seq=seq,
                     pods=Pods(attribution))
 

@@ -23,6 +23,7 @@ from otel_gpu.snapshot import (
     Device,
     DeviceSample,
     Holder,
+    PodRef,
     Pods,
     Snapshot,
 )
@@ -38,13 +39,14 @@ def _snap(seq: int, taken: float | None = None, devices=()) -> Snapshot:
 
 
 def _held_by(*pods: str) -> Attribution:
-    return Attribution({GPU.uuid: tuple(Holder(p, "ns", "main", None, "nvidia.com/gpu")
+    return Attribution({GPU.uuid: tuple(Holder(PodRef(p, "ns", "main"), None, "nvidia.com/gpu")
                                         for p in pods)})
 
 
 def _sliced(holders: int) -> Attribution:
     """GPU shared by ``holders`` pods, one time-slicing replica each."""
-    return Attribution({GPU.uuid: tuple(Holder(f"s{i}", "ns", "main", i, "nvidia.com/gpu", True)
+    return Attribution({GPU.uuid: tuple(Holder(PodRef(f"s{i}", "ns", "main"), i,
+                                               "nvidia.com/gpu", True)
                                         for i in range(holders))})
 
 
@@ -60,7 +62,7 @@ def test_new_pods_republish_the_latest_sample():
     pipeline.pods_changed()  # nothing sampled yet: nothing to publish
     assert store.latest is None and store.version == 0
     pipeline.publish_sample(_snap(1))
-    assert store.latest.series_pods(GPU.uuid) == (("a", "ns", "main"),)
+    assert store.latest.series_pods(GPU.uuid) == (PodRef("a", "ns", "main"),)
     pods["now"] = _held_by("b")
     pipeline.pods_changed()
     assert store.latest.seq == 1 and store.latest.series_pods(GPU.uuid)[0].pod == "b"

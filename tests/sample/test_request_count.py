@@ -1,4 +1,4 @@
-"""``otel_gpu.sample.requests`` counts what reaches the library, not calls into pynvml."""
+"""``otel_gpu.nvml.requests`` counts what reaches the library, not calls into pynvml."""
 
 from __future__ import annotations
 

@@ -4,8 +4,9 @@ It serves the project's own schema (``v1`` List, GetAllocatableResources and
 Get; ``v1alpha1`` List) from data a test can change at any time (setters are
 thread-safe), counts calls per RPC, and can misbehave on request: answer v1
 with UNIMPLEMENTED (a pre-1.20 kubelet), fail the next N calls with a given
-status, or stop (removing the socket) and start again on the same path like a
-restarting kubelet.
+status, answer the next N calls with bytes that are not the reply's protobuf
+(:meth:`FakeKubelet.corrupt_next`), or stop (removing the socket) and start
+again on the same path like a restarting kubelet.
 
 Library use::
 
@@ -60,6 +61,8 @@ import grpc
 
 from otel_gpu.attribute.k8s._proto.podresources.v1 import api_pb2 as v1_pb2
 from otel_gpu.attribute.k8s._proto.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
+from otel_gpu.attribute.k8s.kubelet_answer import Allocation, PodResourcesState
+from otel_gpu.snapshot import KubeletStats
 from tests.support.process import wait_until
 
 __all__ = [
@@ -69,6 +72,7 @@ __all__ = [
     "V1_LIST",
     "V1ALPHA1_LIST",
     "FakeKubelet",
+    "FakePodSource",
     "claim",
     "claim_device",
     "container",
@@ -84,6 +88,9 @@ V1ALPHA1_LIST = "v1alpha1/List"
 RPCS = (V1_LIST, V1_ALLOCATABLE, V1_GET, V1ALPHA1_LIST)
 
 RATE_LIMITED = (grpc.StatusCode.RESOURCE_EXHAUSTED, "rejected by rate limit")
+CORRUPT = b"\x0a\xff\xff\xff\xff\x0f\x01"
+"""Field 1 (pod_resources), length-delimited, with a length far past the message's end:
+no protobuf parser accepts it."""
 
 # --------------------------------------------------------------------------- builders
 
@@ -156,6 +163,48 @@ def _to_v1alpha1(pods: Sequence[v1_pb2.PodResources]) -> v1alpha1_pb2.ListPodRes
     return out
 
 
+# --------------------------------------------------------------------------- pod source
+
+
+class FakePodSource:
+    """A :class:`~otel_gpu.attribute.k8s.source.PodSource` answering what the test says,
+    for the pod stage's tests that need no gRPC: ``FakePodSource(allocation, ...)``, then
+    :meth:`answer` for the kubelet's next answer (a new state object, as the poller makes)."""
+
+    def __init__(self, *allocations: Allocation, state: PodResourcesState | None = None,
+                 stats: KubeletStats | None = None) -> None:
+        self._state = state if state is not None else self._new(allocations)
+        self.stats = stats if stats is not None else KubeletStats()
+        self.polls = 0
+        self.started = False
+
+    @staticmethod
+    def _new(allocations: Iterable[Allocation], taken: float = 1.0) -> PodResourcesState:
+        return PodResourcesState(tuple(allocations), None, taken, "v1")
+
+    @property
+    def state(self) -> PodResourcesState | None:
+        return self._state
+
+    @state.setter
+    def state(self, state: PodResourcesState | None) -> None:
+        self._state = state
+
+    def answer(self, *allocations: Allocation, taken: float = 2.0) -> PodResourcesState:
+        self._state = self._new(allocations, taken)
+        return self._state
+
+    def poll_once(self) -> bool:
+        self.polls += 1
+        return self._state is not None
+
+    def start(self) -> None:
+        self.started = True
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self.started = False
+
+
 # --------------------------------------------------------------------------- server
 
 
@@ -184,6 +233,7 @@ class FakeKubelet:
         self._allocatable_reply = b""
         self._calls: dict[str, int] = dict.fromkeys(RPCS, 0)
         self._failures: list[tuple[str | None, grpc.StatusCode, str]] = []
+        self._corrupt: list[tuple[str | None, bytes]] = []
         self.v1_unimplemented = False
         self.allocatable_unimplemented = False
         self.get_enabled = True
@@ -224,6 +274,20 @@ class FakeKubelet:
         """Fail the next ``n`` calls (of ``rpc``, or any) with ``code``."""
         with self._lock:
             self._failures.extend([(rpc, code, details)] * n)
+
+    def corrupt_next(self, n: int, payload: bytes = CORRUPT, rpc: str | None = None) -> None:
+        """Answer the next ``n`` calls (of ``rpc``, or any) with ``payload`` as the reply's
+        bytes, sent as they are: a kubelet (or something in between) that speaks garbage."""
+        with self._lock:
+            self._corrupt.extend([(rpc, payload)] * n)
+
+    def _take_corrupt(self, rpc: str) -> bytes | None:
+        with self._lock:
+            for i, (target, payload) in enumerate(self._corrupt):
+                if target is None or target == rpc:
+                    del self._corrupt[i]
+                    return payload
+        return None
 
     def pending_failures(self) -> int:
         with self._lock:
@@ -351,26 +415,33 @@ class FakeKubelet:
         if failure is not None:
             context.abort(*failure)
 
+    def _reply(self, rpc: str, reply: bytes) -> bytes:
+        corrupt = self._take_corrupt(rpc)
+        return reply if corrupt is None else corrupt
+
     def _v1_list(self, request: Any, context: grpc.ServicerContext) -> bytes:
         self._enter(V1_LIST, context)
         if self.list_delay:
             time.sleep(self.list_delay)
         with self._lock:
-            return self._v1_reply
+            reply = self._v1_reply
+        return self._reply(V1_LIST, reply)
 
     def _v1alpha1_list(self, request: Any, context: grpc.ServicerContext) -> bytes:
         self._enter(V1ALPHA1_LIST, context)
         if self.list_delay:
             time.sleep(self.list_delay)
         with self._lock:
-            return self._v1alpha1_reply
+            reply = self._v1alpha1_reply
+        return self._reply(V1ALPHA1_LIST, reply)
 
     def _v1_allocatable(self, request: Any, context: grpc.ServicerContext) -> bytes:
         self._enter(V1_ALLOCATABLE, context)
         if self.allocatable_unimplemented:
             context.abort(grpc.StatusCode.UNIMPLEMENTED, "GetAllocatableResources disabled")
         with self._lock:
-            return self._allocatable_reply
+            reply = self._allocatable_reply
+        return self._reply(V1_ALLOCATABLE, reply)
 
     def _v1_get(self, request: v1_pb2.GetPodResourcesRequest, context: Any) -> bytes:
         self._enter(V1_GET, context)

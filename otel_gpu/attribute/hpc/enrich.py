@@ -48,7 +48,8 @@ def device_key(device: Device) -> DeviceKey | None:
 
 
 class JobEnricher:
-    """Sets :attr:`~otel_gpu.snapshot.Snapshot.jobs`; either source may be absent."""
+    """The job stage (an :class:`~otel_gpu.attribute.enrich.Enricher`): sets
+    :attr:`~otel_gpu.snapshot.Snapshot.jobs`; either source may be absent."""
 
     def __init__(
         self,
@@ -62,7 +63,7 @@ class JobEnricher:
         self._last: tuple[int, Mapping[str, tuple[str, ...]]] | None = None
         self._limited = LogLimiter(log, 3600.0, clock=clock)
 
-    def __call__(self, snapshot: Snapshot) -> Snapshot:
+    def process(self, snapshot: Snapshot) -> Snapshot:
         if self._last is None or self._last[0] != snapshot.seq:
             try:
                 jobs = self._read(snapshot)
@@ -77,14 +78,14 @@ class JobEnricher:
         found: dict[str, set[str]] = {}
         if self.mapping is not None:
             files = self.mapping.jobs()
-            named: set[DeviceKey | None] = set()
+            named: set[DeviceKey] = set()
             for sample in snapshot.devices:
                 key = device_key(sample.device)
-                jobs = files.get(key) if key is not None else None
-                if jobs:
+                listed = files.get(key) if key is not None else None
+                if key is not None and listed:
                     named.add(key)
-                    found.setdefault(sample.device.uuid, set()).update(jobs)
-            for key in sorted(set(files) - named):
+                    found.setdefault(sample.device.uuid, set()).update(listed)
+            for key in sorted(set(files) - named, key=lambda k: k.sort_key):
                 name = f"{key.index}" + (f".{key.gpu_instance_id}"
                                          if key.gpu_instance_id is not None else "")
                 self._limited.log(("unmatched", key), logging.WARNING,

@@ -26,6 +26,7 @@ import re
 import stat
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -49,11 +50,16 @@ _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+@-]*$")
 Jobs = Mapping["DeviceKey", tuple[str, ...]]
 
 
-class DeviceKey(NamedTuple):
+@dataclass(frozen=True)
+class DeviceKey:
     """What a mapping file names: a GPU by NVML index, and a MIG GPU instance in it."""
 
     index: int
     gpu_instance_id: int | None = None
+
+    @property
+    def sort_key(self) -> tuple[int, int]:
+        return (self.index, -1 if self.gpu_instance_id is None else self.gpu_instance_id)
 
 
 def parse_name(name: str) -> DeviceKey | None:

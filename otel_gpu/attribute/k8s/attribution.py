@@ -20,7 +20,7 @@ rather than per scrape.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from otel_gpu._files import read_sysfs
@@ -30,16 +30,20 @@ from otel_gpu.attribute.k8s.device_ids import (
     parse_device_id,
     parse_dra_device,
 )
-from otel_gpu.attribute.k8s.podresources import Allocation, PodResourcesState
+from otel_gpu.attribute.k8s.kubelet_answer import Allocation, PodResourcesState
 from otel_gpu.snapshot import (
     AllocationRow,
     Attribution,
     Device,
     Holder,
     NumaAlignment,
+    PodRef,
     ResourceSummary,
     UnresolvedId,
 )
+
+PodUids = Callable[[str, str], "str | None"]
+"""(namespace, pod name) -> the pod's UID, where the node's files say it."""
 
 __all__ = [
     "AllocationRow",
@@ -58,7 +62,7 @@ UNKNOWN_FORMAT = "unknown device id format"
 NO_SUCH_DEVICE = "no matching device on this node"
 
 
-def _holder_key(h: Holder) -> tuple:
+def _holder_key(h: Holder) -> tuple[str, str, str, int, str]:
     replica = -1 if h.replica is None else h.replica
     return (h.namespace, h.pod, h.container, replica, h.resource_name)
 
@@ -152,10 +156,12 @@ def attribute(
     sysfs_root: Path = Path("/"),
     *,
     resolver: DeviceResolver | None = None,
+    uids: PodUids | None = None,
 ) -> Attribution:
     """Join the node's devices with the kubelet's allocations.
 
-    ``resolver`` may be passed to reuse one built from the same ``devices``.
+    ``resolver`` may be passed to reuse one built from the same ``devices``;
+    ``uids`` gives each pod its UID (the kubelet's answer has none).
     Never raises for odd ids or missing sysfs files: those are skipped (ids
     are listed in :attr:`Attribution.unresolved`).
     """
@@ -168,6 +174,13 @@ def attribute(
     api_numa: dict[str, set[int]] = {}
     resolved: list[tuple[Allocation, str]] = []
     ref_cache: dict[tuple[str | None, str], str | None] = {}
+    pods: dict[PodRef, PodRef] = {}
+
+    def pod_ref(ref: PodRef) -> PodRef:
+        known = pods.get(ref)
+        if known is None:
+            known = pods[ref] = ref.with_uid(uids(ref.namespace, ref.pod)) if uids else ref
+        return known
 
     def resolve(
         resource_name: str, device_id: str, driver: str | None, ref: DeviceRef | None
@@ -192,7 +205,7 @@ def attribute(
             continue
         shared = ref.shared or a.share_id is not None
         holders.setdefault(uuid, set()).add(
-            Holder(a.pod, a.namespace, a.container, ref.share, a.resource_name, shared)
+            Holder(pod_ref(a.ref), ref.share, a.resource_name, shared)
         )
         if a.numa_nodes:
             api_numa.setdefault(uuid, set()).update(a.numa_nodes)
@@ -231,7 +244,7 @@ def attribute(
             continue
         mine = set(a.cpu_ids)
         alignment[key] = NumaAlignment(
-            a.pod, a.namespace, a.container, uuid, nodes, len(mine & node_cpus) / len(mine)
+            pod_ref(a.ref), uuid, nodes, len(mine & node_cpus) / len(mine)
         )
 
     return Attribution(
@@ -293,9 +306,11 @@ class Attributor:
     the last result.
     """
 
-    def __init__(self, devices: Sequence[Device], sysfs_root: Path = Path("/")) -> None:
+    def __init__(self, devices: Sequence[Device], sysfs_root: Path = Path("/"),
+                 uids: PodUids | None = None) -> None:
         self.devices = tuple(devices)
         self.sysfs_root = Path(sysfs_root)
+        self._uids = uids
         self._resolver = DeviceResolver(self.devices)
         self._last: tuple[PodResourcesState, Attribution] | None = None
 
@@ -303,7 +318,8 @@ class Attributor:
         last = self._last
         if last is not None and last[0] is state:
             return last[1]
-        result = attribute(self.devices, state, self.sysfs_root, resolver=self._resolver)
+        result = attribute(self.devices, state, self.sysfs_root, resolver=self._resolver,
+                           uids=self._uids)
         self._last = (state, result)
         return result
 

@@ -55,10 +55,11 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from otel_gpu._log import LogLimiter
 from otel_gpu.sample.sources import ENERGY, GPM_SM_ACTIVE
-from otel_gpu.snapshot import Attribution, DeviceSample, PodEnergy, PodRef, PodUsage, Snapshot
+from otel_gpu.snapshot import Attribution, DeviceSample, Owner, PodEnergy, PodUsage, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,8 @@ _SCALE = 1_000_000
 """Weights are turned into integers of this resolution, so each split is exact."""
 _SLICES = re.compile(r"^(?:(\d+)c\.)?(\d+)g\b")
 
-Key = tuple[str, PodRef | None]
+Key = tuple[str, Owner | None]
+K = TypeVar("K")
 
 
 def compute_slices(profile: str | None) -> int:
@@ -92,7 +94,7 @@ def compute_slices(profile: str | None) -> int:
     return max(1, int(match.group(1) or match.group(2)))
 
 
-def apportion(total: int, weights: Mapping[object, float], rest: object) -> dict[object, int]:
+def apportion(total: int, weights: Mapping[K, float], rest: K) -> dict[K, int]:
     """``total`` split by ``weights`` in whole units that add up to it exactly.
 
     Largest remainders get the units left after rounding down; with no
@@ -147,8 +149,8 @@ class EnergyLedger:
             if attribution is self._attribution and usage is self._usage:
                 return self._result
             self._attribution, self._usage = attribution, usage
-            live = {key for key, row in self._rows.items() if row.gone_since is None}
-            self._hold(snapshot, attribution, usage, live)
+            held = {key for key, row in self._rows.items() if row.gone_since is None}
+            self._hold(snapshot, attribution, usage, held)
             shares = _sm_shares(usage)
             for uuid, rule in list(self._rules.items()):
                 if rule not in (MIG_ACTIVITY, MIG_SLICES):  # the rule now in force
@@ -215,7 +217,7 @@ class EnergyLedger:
         return value - last
 
     def _split(self, uuid: str, root: str, delta: int, attribution: Attribution,
-               shares: Mapping[str, Mapping[PodRef | None, float]], live: set[Key]) -> None:
+               shares: Mapping[str, Mapping[Owner | None, float]], live: set[Key]) -> None:
         owner = attribution.exclusive_owner(uuid)
         device_shares = shares.get(uuid)
         self._rules[uuid] = _rule(uuid, attribution, shares)
@@ -226,11 +228,12 @@ class EnergyLedger:
         if device_shares is None:
             self._add((uuid, None), root, delta)
             return
-        pods = {ref: sm for ref, sm in device_shares.items() if ref is not None}
+        pods: dict[Owner | None, float] = {
+            ref: sm for ref, sm in device_shares.items() if ref is not None}
         busy = max(1.0, sum(device_shares.values()))
-        weights: dict[object, float] = {**pods, None: busy - sum(pods.values())}
+        weights = {**pods, None: busy - sum(pods.values())}
         for ref, part in apportion(delta, weights, None).items():
-            self._add((uuid, ref), root, part)  # type: ignore[arg-type]
+            self._add((uuid, ref), root, part)
 
     def _add(self, key: Key, root: str, millijoules: int) -> None:
         row = self._rows.get(key)
@@ -245,7 +248,7 @@ class EnergyLedger:
         """A row for every container holding or using a device, at 0 until it uses some."""
         roots = {s.device.uuid: s.device.parent_uuid or s.device.uuid for s in snapshot.devices
                  if (s.device.parent_uuid or s.device.uuid) in self._last}
-        found = [(uuid, h.ref) for uuid in roots for h in attribution.holders(uuid)]
+        found: list[Key] = [(uuid, h.ref) for uuid in roots for h in attribution.holders(uuid)]
         found += [(u.uuid, u.pod) for u in usage if u.pod is not None and u.uuid in roots]
         for key in found:
             live.add(key)
@@ -277,16 +280,16 @@ class EnergyLedger:
         self._rules = {u: rule for u, rule in self._rules.items() if u in kept}
 
 def _rule(uuid: str, attribution: Attribution,
-          shares: Mapping[str, Mapping[PodRef | None, float]]) -> str:
+          shares: Mapping[str, Mapping[Owner | None, float]]) -> str:
     """How a device's (or MIG instance's) energy is split between its users."""
     if attribution.exclusive_owner(uuid) is not None:
         return EXCLUSIVE
     return SM_SHARE if uuid in shares else UNATTRIBUTED
 
 
-def _sm_shares(usage: Iterable[PodUsage]) -> dict[str, dict[PodRef | None, float]]:
+def _sm_shares(usage: Iterable[PodUsage]) -> dict[str, dict[Owner | None, float]]:
     """Device uuid -> container (``None``: no pod) -> SM share, where NVML gave shares."""
-    out: dict[str, dict[PodRef | None, float]] = {}
+    out: dict[str, dict[Owner | None, float]] = {}
     for row in usage:
         if row.sm is not None:
             device = out.setdefault(row.uuid, {})
@@ -294,17 +297,17 @@ def _sm_shares(usage: Iterable[PodUsage]) -> dict[str, dict[PodRef | None, float
     return out
 
 
-def _instance_weights(parts: Sequence[DeviceSample]) -> tuple[str, dict[object, float]]:
+def _instance_weights(parts: Sequence[DeviceSample]) -> tuple[str, dict[str, float]]:
     """How a MIG GPU's increase is split among its instances, and the rule's name."""
     slices = {p.device.uuid: compute_slices(p.device.mig_profile) for p in parts}
     active = {p.device.uuid: p.values.get(GPM_SM_ACTIVE.key) for p in parts}
     if all(a is not None for a in active.values()):
-        weights: dict[object, float] = {
+        weights: dict[str, float] = {
             uuid: max(0.0, float(a or 0.0)) / 100.0 * slices[uuid] for uuid, a in active.items()}
         if sum(weights.values()) > 0:
             return MIG_ACTIVITY, weights
     return MIG_SLICES, dict(slices)
 
-def _order(item: tuple[Key, _Row]) -> tuple:
+def _order(item: tuple[Key, _Row]) -> tuple[str, bool, tuple[str, ...]]:
     (uuid, pod), _ = item
-    return (uuid, pod is None, pod or ())
+    return (uuid, pod is None, pod.sort_key if pod is not None else ())

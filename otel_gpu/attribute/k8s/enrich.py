@@ -40,7 +40,9 @@ from typing import TYPE_CHECKING
 
 from otel_gpu._log import ChangeLimiter, LogLimiter
 from otel_gpu.attribute.k8s.energy import EnergyLedger
-from otel_gpu.attribute.k8s.processes import ProcessMapper, join_usage
+from otel_gpu.attribute.k8s.kubelet_answer import PodResourcesState
+from otel_gpu.attribute.k8s.processes import PodLogIndex, ProcessMapper, join_usage
+from otel_gpu.attribute.k8s.source import PodSource
 from otel_gpu.snapshot import (
     Attribution,
     KubeletStats,
@@ -51,9 +53,9 @@ from otel_gpu.snapshot import (
     UnresolvedId,
 )
 
-if TYPE_CHECKING:  # both import gRPC
+if TYPE_CHECKING:  # imports gRPC
     from otel_gpu.attribute.k8s.attribution import Attributor
-    from otel_gpu.attribute.k8s.podresources import PodResourcesState, PodResourcesWatcher
+    from otel_gpu.attribute.k8s.podresources import PodResourcesWatcher
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +79,8 @@ def _example(u: UnresolvedId) -> str:
 
 
 class KubeletWatch:
-    """The kubelet watcher, built (importing gRPC) once anything exists at the socket path.
+    """The kubelet watcher, built (importing gRPC) once anything exists at the socket path:
+    the collector's :class:`~otel_gpu.attribute.k8s.source.PodSource`.
 
     ``build`` makes the :class:`~otel_gpu.attribute.k8s.podresources.PodResourcesWatcher`.
     :meth:`start` builds it at once when the path exists, else starts the
@@ -173,23 +176,29 @@ class KubeletWatch:
 
 
 class PodEnricher:
-    """Attaches :class:`~otel_gpu.snapshot.Pods` to snapshots; cheap when nothing changed.
+    """The pod stage (an :class:`~otel_gpu.attribute.enrich.Enricher`): attaches
+    :class:`~otel_gpu.snapshot.Pods` to snapshots; cheap when nothing changed.
 
-    Called under the pipeline's lock (or from ``check``, on one thread), so its
-    state needs no lock of its own.
+    ``pod_dirs`` (the kubelet's pod log directories; the process mapper's when
+    it has one) gives each pod the kubelet lists its UID. Called under the
+    pipeline's lock (or from ``check``, on one thread), so its state needs no
+    lock of its own.
     """
 
     def __init__(
         self,
-        watcher: PodResourcesWatcher | KubeletWatch,
+        watcher: PodSource,
         sysfs_root: Path = Path("/"),
         *,
         summary_every: float = SUMMARY_EVERY_S,
         clock: Callable[[], float] = time.monotonic,
         processes: ProcessMapper | None = None,
+        pod_dirs: PodLogIndex | None = None,
     ) -> None:
         self.watcher = watcher
         self.processes = processes
+        self.pod_dirs = pod_dirs if pod_dirs is not None or processes is None \
+            else processes.index
         self._owners: tuple[int, dict[int, PodRef | None]] | None = None
         self.sysfs_root = Path(sysfs_root)
         self._attributor: Attributor | None = None
@@ -200,7 +209,7 @@ class PodEnricher:
         self.energy = EnergyLedger()
         """Energy per (device, container): fed every snapshot, counts each sample once."""
 
-    def __call__(self, snapshot: Snapshot) -> Snapshot:
+    def process(self, snapshot: Snapshot) -> Snapshot:
         state = self.watcher.state
         if state is None:  # no kubelet socket yet: nothing to join
             return replace(snapshot, pods=Pods(Attribution(), self.watcher.stats, None))
@@ -208,7 +217,8 @@ class PodEnricher:
         if self._attributor is None or self._attributor.devices != devices:
             from otel_gpu.attribute.k8s.attribution import Attributor
 
-            self._attributor = Attributor(devices, self.sysfs_root)
+            self._attributor = Attributor(
+                devices, self.sysfs_root, self.pod_dirs.uid if self.pod_dirs else None)
         attribution = self._attributor(state)
         self._report_unresolved(attribution.unresolved)
         usage: tuple[PodUsage, ...] = ()

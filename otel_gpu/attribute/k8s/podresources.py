@@ -11,22 +11,24 @@ Failure handling, in short: an absent socket is logged once and checked again
 every interval; RPC failures back off exponentially with full jitter; the last
 good state outlives failures for a grace period (a kubelet restart must not
 churn series) and is then dropped; an old kubelet that answers v1 with
-UNIMPLEMENTED is asked v1alpha1 from then on.
+UNIMPLEMENTED is asked v1alpha1 from then on; a reply that does not parse is one
+rate-limited line and a failed poll like any other.
+
+The answer's types and their conversion are in
+:mod:`otel_gpu.attribute.k8s.kubelet_answer`, the channel and its calls in
+:mod:`otel_gpu.attribute.k8s.kubelet_rpc`; both are re-exported here.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import random as _random
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from types import MappingProxyType
-from typing import Any, NamedTuple
 
 import grpc
 
@@ -34,248 +36,32 @@ from otel_gpu._log import LogLimiter
 from otel_gpu.attribute.k8s._proto.podresources.v1 import api_pb2 as v1_pb2
 from otel_gpu.attribute.k8s._proto.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
 from otel_gpu.attribute.k8s.device_ids import ResourceFilter
+from otel_gpu.attribute.k8s.kubelet_answer import (
+    EMPTY_STATE,
+    AllocatableDevice,
+    Allocation,
+    PodResourcesState,
+    allocatable_from_v1,
+    allocations_from_v1,
+    allocations_from_v1alpha1,
+)
+from otel_gpu.attribute.k8s.kubelet_rpc import (
+    CORRUPT,
+    V1_ALLOCATABLE,
+    V1_LIST,
+    V1ALPHA1_LIST,
+    CorruptReply,
+    KubeletChannel,
+    M,
+    code_of,
+    details_of,
+)
 from otel_gpu.snapshot import KubeletStats
-
-__all__ = [
-    "DEFAULT_MAX_MESSAGE_BYTES",
-    "EMPTY_STATE",
-    "RPC_METHODS",
-    "AllocatableDevice",
-    "Allocation",
-    "PodResourcesState",
-    "PodResourcesWatcher",
-    "KubeletStats",
-    "allocatable_from_v1",
-    "allocations_from_v1",
-    "allocations_from_v1alpha1",
-]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 """Receive limit; gRPC's own 4 MiB default is too small for busy nodes."""
-
-V1_LIST = "v1/List"
-V1_ALLOCATABLE = "v1/GetAllocatableResources"
-V1ALPHA1_LIST = "v1alpha1/List"
-RPC_METHODS: Mapping[str, str] = MappingProxyType(
-    {
-        V1_LIST: "/v1.PodResourcesLister/List",
-        V1_ALLOCATABLE: "/v1.PodResourcesLister/GetAllocatableResources",
-        V1ALPHA1_LIST: "/v1alpha1.PodResourcesLister/List",
-    }
-)
-"""Short rpc names used in :class:`KubeletStats`, and the gRPC paths they call."""
-
-
-@dataclass(frozen=True)
-class Allocation:
-    """One device held by one container.
-
-    There is one per (pod, container, resource, device id): the API repeats a
-    device once per NUMA node it reports, and those are merged here. For a
-    DRA device ``resource_name`` and ``driver`` are the driver name and
-    ``device_id`` the DRA device name.
-    """
-
-    pod: str
-    namespace: str
-    container: str
-    resource_name: str
-    device_id: str
-    numa_nodes: tuple[int, ...] = ()
-    """Empty when the kubelet reported no topology."""
-    cpu_ids: tuple[int, ...] = ()
-    """The container's exclusive CPUs (static CPU manager only)."""
-    claim_name: str | None = None
-    claim_namespace: str | None = None
-    driver: str | None = None
-    pool: str | None = None
-    share_id: str | None = None
-    """Set when a DRA device is shared through consumable capacity."""
-
-
-class AllocatableDevice(NamedTuple):
-    """A device the kubelet could hand out, with its NUMA nodes (may be empty)."""
-
-    resource_name: str
-    device_id: str
-    numa_nodes: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class PodResourcesState:
-    """What the last successful poll saw. Never mutated; replaced whole.
-
-    ``allocatable`` is ``None`` when unknown (v1alpha1 kubelet, the RPC not
-    implemented, or not fetched yet), which is different from "nothing".
-    """
-
-    allocations: tuple[Allocation, ...] = ()
-    allocatable: tuple[AllocatableDevice, ...] | None = None
-    taken_monotonic: float | None = None
-    source: str | None = None
-    """``"v1"``, ``"v1alpha1"``, or ``None`` for the empty state."""
-    pod_count: int = field(init=False, default=0)
-    """Distinct pods holding at least one attributed device."""
-    device_count: int = field(init=False, default=0)
-    """Distinct (resource name, device id) pairs allocated."""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "pod_count", len({(a.namespace, a.pod) for a in self.allocations})
-        )
-        object.__setattr__(
-            self,
-            "device_count",
-            len({(a.resource_name, a.pool, a.device_id) for a in self.allocations}),
-        )
-
-
-EMPTY_STATE = PodResourcesState()
-
-
-# --------------------------------------------------------------------------- conversion
-
-
-def _numa_nodes(message: Any) -> tuple[int, ...]:
-    # NUMA node 0 is an empty NUMANode message: presence of the topology
-    # field and of each list entry is what counts, never the ID's truthiness.
-    if not message.HasField("topology"):
-        return ()
-    return tuple(node.ID for node in message.topology.nodes)
-
-
-def _build(merged: dict[tuple, tuple[dict[str, Any], set[int]]]) -> tuple[Allocation, ...]:
-    return tuple(
-        Allocation(numa_nodes=tuple(sorted(numa)), **fields) for fields, numa in merged.values()
-    )
-
-
-def allocations_from_v1(
-    response: v1_pb2.ListPodResourcesResponse, accept: ResourceFilter
-) -> tuple[Allocation, ...]:
-    """Flatten a v1 List reply into deduplicated GPU allocations.
-
-    Containers without accepted devices (finished pods, CPU-only containers)
-    contribute nothing.
-    """
-    merged: dict[tuple, tuple[dict[str, Any], set[int]]] = {}
-    for pod in response.pod_resources:
-        for c in pod.containers:
-            if not c.devices and not c.dynamic_resources:
-                continue
-            cpu_ids = tuple(sorted(set(c.cpu_ids)))
-            for dev in c.devices:
-                rname = dev.resource_name
-                if not dev.device_ids or not accept.accepts_resource(rname):
-                    continue
-                numa = _numa_nodes(dev)
-                for device_id in dev.device_ids:
-                    key = (pod.namespace, pod.name, c.name, rname, device_id)
-                    entry = merged.get(key)
-                    if entry is not None:
-                        entry[1].update(numa)
-                        continue
-                    fields = {
-                        "pod": pod.name,
-                        "namespace": pod.namespace,
-                        "container": c.name,
-                        "resource_name": rname,
-                        "device_id": device_id,
-                        "cpu_ids": cpu_ids,
-                    }
-                    merged[key] = (fields, set(numa))
-            for dyn in c.dynamic_resources:
-                for res in dyn.claim_resources:
-                    driver = res.driver_name
-                    if not res.device_name or not accept.accepts_driver(driver):
-                        continue
-                    share_id = res.share_id if res.HasField("share_id") else None
-                    key = (
-                        pod.namespace, pod.name, c.name, driver, res.pool_name,
-                        res.device_name, dyn.claim_namespace, dyn.claim_name, share_id,
-                    )  # fmt: skip
-                    if key in merged:
-                        continue
-                    fields = {
-                        "pod": pod.name,
-                        "namespace": pod.namespace,
-                        "container": c.name,
-                        "resource_name": driver,
-                        "device_id": res.device_name,
-                        "cpu_ids": cpu_ids,
-                        "claim_name": dyn.claim_name or None,
-                        "claim_namespace": dyn.claim_namespace or None,
-                        "driver": driver,
-                        "pool": res.pool_name or None,
-                        "share_id": share_id,
-                    }
-                    merged[key] = (fields, set())
-    return _build(merged)
-
-
-def allocations_from_v1alpha1(
-    response: v1alpha1_pb2.ListPodResourcesResponse, accept: ResourceFilter
-) -> tuple[Allocation, ...]:
-    """Flatten a v1alpha1 List reply (devices only: no NUMA, CPUs or DRA)."""
-    merged: dict[tuple, tuple[dict[str, Any], set[int]]] = {}
-    for pod in response.pod_resources:
-        for c in pod.containers:
-            for dev in c.devices:
-                rname = dev.resource_name
-                if not accept.accepts_resource(rname):
-                    continue
-                for device_id in dev.device_ids:
-                    key = (pod.namespace, pod.name, c.name, rname, device_id)
-                    if key not in merged:
-                        fields = {
-                            "pod": pod.name,
-                            "namespace": pod.namespace,
-                            "container": c.name,
-                            "resource_name": rname,
-                            "device_id": device_id,
-                        }
-                        merged[key] = (fields, set())
-    return _build(merged)
-
-
-def allocatable_from_v1(
-    response: v1_pb2.AllocatableResourcesResponse, accept: ResourceFilter
-) -> tuple[AllocatableDevice, ...]:
-    """Accepted allocatable devices, one per (resource, id), NUMA nodes merged."""
-    merged: dict[tuple[str, str], set[int]] = {}
-    for dev in response.devices:
-        if not accept.accepts_resource(dev.resource_name):
-            continue
-        numa = _numa_nodes(dev)
-        for device_id in dev.device_ids:
-            merged.setdefault((dev.resource_name, device_id), set()).update(numa)
-    return tuple(
-        AllocatableDevice(rname, device_id, tuple(sorted(numa)))
-        for (rname, device_id), numa in merged.items()
-    )
-
-
-# --------------------------------------------------------------------------- watcher
-
-
-def _code_of(error: grpc.RpcError) -> grpc.StatusCode:
-    code = getattr(error, "code", None)
-    try:
-        value = code() if callable(code) else None
-    except Exception:  # a bare RpcError carries nothing
-        value = None
-    return value if isinstance(value, grpc.StatusCode) else grpc.StatusCode.UNKNOWN
-
-
-def _details_of(error: grpc.RpcError) -> str:
-    details = getattr(error, "details", None)
-    try:
-        text = details() if callable(details) else None
-    except Exception:
-        text = None
-    return text or ""
 
 
 class _Socket:
@@ -337,8 +123,7 @@ class PodResourcesWatcher:
         # Poller-only state (guarded by _poll_lock).
         self._poll_lock = threading.Lock()
         self._changed: PodResourcesState | None = None
-        self._channel: grpc.Channel | None = None
-        self._calls: dict[str, Callable[..., Any]] = {}
+        self._channel: KubeletChannel | None = None
         self._use_v1alpha1 = False
         self._allocatable_unimplemented = False
         self._allocatable: tuple[AllocatableDevice, ...] | None = None
@@ -427,7 +212,6 @@ class PodResourcesWatcher:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
@@ -473,6 +257,9 @@ class PodResourcesWatcher:
             allocatable = self._maybe_allocatable() if source == "v1" else None
         except grpc.RpcError as error:
             self._on_rpc_error(error)
+            return False
+        except CorruptReply as bad:
+            self._on_corrupt(bad)
             return False
         except ValueError:  # "Cannot invoke RPC on closed channel" during stop()
             if self._stop.is_set():
@@ -524,49 +311,21 @@ class PodResourcesWatcher:
             )
         return False
 
-    def _ensure_channel(self) -> None:
-        if self._channel is not None:
-            return
-        options = [
-            ("grpc.max_receive_message_length", self.max_message_bytes),
-            ("grpc.max_send_message_length", 1024 * 1024),
-            ("grpc.enable_http_proxy", 0),
-            ("grpc.enable_retries", 0),
-        ]
-        channel = grpc.insecure_channel(
-            "unix:" + os.path.abspath(self.socket_path), options=options
-        )
-        self._calls = {
-            V1_LIST: channel.unary_unary(
-                RPC_METHODS[V1_LIST],
-                request_serializer=v1_pb2.ListPodResourcesRequest.SerializeToString,
-                response_deserializer=v1_pb2.ListPodResourcesResponse.FromString,
-            ),
-            V1_ALLOCATABLE: channel.unary_unary(
-                RPC_METHODS[V1_ALLOCATABLE],
-                request_serializer=v1_pb2.AllocatableResourcesRequest.SerializeToString,
-                response_deserializer=v1_pb2.AllocatableResourcesResponse.FromString,
-            ),
-            V1ALPHA1_LIST: channel.unary_unary(
-                RPC_METHODS[V1ALPHA1_LIST],
-                request_serializer=v1alpha1_pb2.ListPodResourcesRequest.SerializeToString,
-                response_deserializer=v1alpha1_pb2.ListPodResourcesResponse.FromString,
-            ),
-        }
-        self._channel = channel
-
     def _close_channel(self) -> None:
         channel, self._channel = self._channel, None
         if channel is not None:
-            with contextlib.suppress(Exception):  # closing twice or mid-call is fine
-                channel.close()
+            channel.close()
 
-    def _call(self, rpc: str, request: Any) -> Any:
-        self._ensure_channel()
+    def _call(self, rpc: str, reply_type: type[M]) -> M:
+        if self._channel is None:
+            self._channel = KubeletChannel(self.socket_path, self.max_message_bytes)
         try:
-            response = self._calls[rpc](request, timeout=self.timeout)
+            response = self._channel.call(rpc, reply_type, self.timeout)
         except grpc.RpcError as error:
-            self._count(rpc, _code_of(error).name)
+            self._count(rpc, code_of(error).name)
+            raise
+        except CorruptReply:
+            self._count(rpc, CORRUPT.name)
             raise
         self._count(rpc, "OK")
         return response
@@ -579,9 +338,9 @@ class PodResourcesWatcher:
     def _list(self) -> tuple[str, tuple[Allocation, ...]]:
         if not self._use_v1alpha1:
             try:
-                response = self._call(V1_LIST, v1_pb2.ListPodResourcesRequest())
+                response = self._call(V1_LIST, v1_pb2.ListPodResourcesResponse)
             except grpc.RpcError as error:
-                if _code_of(error) != grpc.StatusCode.UNIMPLEMENTED:
+                if code_of(error) != grpc.StatusCode.UNIMPLEMENTED:
                     raise
                 self._use_v1alpha1 = True
                 self._limiter.once(
@@ -594,9 +353,9 @@ class PodResourcesWatcher:
             else:
                 return "v1", allocations_from_v1(response, self.accept)
         try:
-            response = self._call(V1ALPHA1_LIST, v1alpha1_pb2.ListPodResourcesRequest())
+            response = self._call(V1ALPHA1_LIST, v1alpha1_pb2.ListPodResourcesResponse)
         except grpc.RpcError as error:
-            if _code_of(error) == grpc.StatusCode.UNIMPLEMENTED:
+            if code_of(error) == grpc.StatusCode.UNIMPLEMENTED:
                 self._use_v1alpha1 = False  # neither works: try v1 first again next time
             raise
         return "v1alpha1", allocations_from_v1alpha1(response, self.accept)
@@ -609,9 +368,9 @@ class PodResourcesWatcher:
             self._polls_until_allocatable -= 1
             return self._allocatable
         try:
-            response = self._call(V1_ALLOCATABLE, v1_pb2.AllocatableResourcesRequest())
+            response = self._call(V1_ALLOCATABLE, v1_pb2.AllocatableResourcesResponse)
         except grpc.RpcError as error:
-            code = _code_of(error)
+            code = code_of(error)
             if code == grpc.StatusCode.UNIMPLEMENTED:
                 self._allocatable_unimplemented = True
                 self._allocatable = None
@@ -627,8 +386,13 @@ class PodResourcesWatcher:
                 logging.WARNING,
                 "pod-resources GetAllocatableResources failed: %s %s (retrying next poll)",
                 code.name,
-                _details_of(error),
+                details_of(error),
             )
+            return self._allocatable
+        except CorruptReply as bad:
+            self._limiter.log(("corrupt", V1_ALLOCATABLE), logging.WARNING,
+                              "pod-resources on %s: %s (keeping the last allocatable devices; "
+                              "retrying next poll)", self.socket_path, bad)
             return self._allocatable
         self._allocatable = allocatable_from_v1(response, self.accept)
         self._polls_until_allocatable = self.allocatable_every - 1
@@ -662,8 +426,8 @@ class PodResourcesWatcher:
         self._next_delay = self.interval
 
     def _on_rpc_error(self, error: grpc.RpcError) -> None:
-        code = _code_of(error)
-        details = _details_of(error)
+        code = code_of(error)
+        details = details_of(error)
         if self._stop.is_set():
             self._next_delay = self.interval
             return
@@ -688,6 +452,18 @@ class PodResourcesWatcher:
             self._next_delay,
         )
 
+    def _on_corrupt(self, bad: CorruptReply) -> None:
+        if self._stop.is_set():
+            self._next_delay = self.interval
+            return
+        self._note_failure(CORRUPT)
+        self._limiter.log(
+            ("corrupt", bad.rpc), logging.WARNING,
+            "pod-resources on %s: %s; keeping the last pod attribution for the grace period "
+            "(%.0fs); retrying in %.1fs",
+            self.socket_path, bad, self.grace_period, self._next_delay,
+        )
+
     def _note_failure(self, code: grpc.StatusCode | None) -> None:
         """Start or continue the failure period; expire the state after grace."""
         now = self._clock()
@@ -707,11 +483,9 @@ class PodResourcesWatcher:
                     "attribution until the kubelet answers again",
                     now - failing_since,
                 )
-        self._current = (state, failing_since)
+        self._current = (state, failing_since)  # readers see a drop on time through ``state``
         if code is not None:
             self._next_delay = self._backoff_delay(failures)
-        # Readers see the drop on time through the ``state`` property; the log
-        # line waits for the next poll rather than spend a kubelet call on it.
 
     def _backoff_delay(self, n: int) -> float:
         """Full jitter: uniform in [0, min(cap, base * 2**(n-1))] after n failures."""

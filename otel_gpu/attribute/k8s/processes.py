@@ -8,7 +8,8 @@ finds each one's container from files on the node, read-only:
    containerd, CRI-O and Docker). Seeing other containers' processes there
    (and in NVML's list) takes the host's PID namespace (``hostPID: true``).
 2. The kubelet's pod log directories ``<log_root>/<namespace>_<pod>_<uid>/``
-   turn the UID into the pod's name and namespace; the links
+   (:class:`PodLogIndex`) turn the UID into the pod's name and namespace (and
+   the name into the UID, for ``k8s.pod.uid`` on the pods the kubelet lists); the links
    ``<log_root>/../containers/<pod>_<namespace>_<container>-<id>.log`` turn the
    container id into the container's name (:func:`parse_pod_dir`,
    :func:`parse_container_log`). Only the names are read, never the logs.
@@ -41,7 +42,7 @@ from pathlib import Path
 
 from otel_gpu._files import FileError, read_text
 from otel_gpu._log import LogLimiter
-from otel_gpu.snapshot import Attribution, DeviceSample, PodRef, PodUsage, ProcessUsage
+from otel_gpu.snapshot import Attribution, DeviceSample, Owner, PodRef, PodUsage, ProcessUsage
 
 log = logging.getLogger(__name__)
 
@@ -134,12 +135,105 @@ def _names(directory: Path, limit: int = MAX_ENTRIES) -> tuple[list[str], bool]:
     return names, True
 
 
+class PodLogIndex:
+    """The kubelet's pod log directories, indexed by name: pod UID <-> (namespace, pod), and
+    container id -> container name.
+
+    ``log_root`` is the kubelet's ``/var/log/pods``, whose sibling ``containers``
+    (or ``containers_root``) holds the container links. The index is rebuilt
+    when a lookup misses, at most once per ``refresh_every`` seconds; only
+    names are read.
+    """
+
+    def __init__(
+        self,
+        log_root: Path = Path("/var/log/pods"),
+        *,
+        containers_root: Path | None = None,
+        refresh_every: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.log_root = Path(log_root)
+        self.containers_root = (Path(containers_root) if containers_root is not None
+                                else self.log_root.parent / "containers")
+        self._refresh_every = refresh_every
+        self._clock = clock
+        self._built: float | None = None
+        self.listed: bool | None = None
+        """Whether ``log_root`` could be listed the last time (None: not tried yet)."""
+        self._pods: dict[str, tuple[str, str]] = {}
+        """uid -> (namespace, pod)"""
+        self._uids: dict[tuple[str, str], str | None] = {}
+        """(namespace, pod) -> uid; None where two directories name the same pod"""
+        self._containers: dict[str, tuple[str, str, str]] = {}
+        """container id -> (pod, namespace, container)"""
+        self._pod_containers: dict[str, tuple[str, ...]] = {}
+        """uid -> the container directories of its log directory, listed when needed"""
+
+    def pod(self, uid: str) -> tuple[str, str] | None:
+        """(namespace, pod name) of the pod with ``uid``."""
+        found = self._pods.get(uid)
+        if found is None and self.refresh():
+            found = self._pods.get(uid)
+        return found
+
+    def uid(self, namespace: str, pod: str) -> str | None:
+        """The UID of the pod ``namespace/pod``; None when unknown or ambiguous."""
+        key = (namespace, pod)
+        if key not in self._uids:
+            self.refresh()
+        return self._uids.get(key)
+
+    def container(self, container_id: str) -> tuple[str, str, str] | None:
+        """(pod, namespace, container name) of the container with ``container_id``."""
+        found = self._containers.get(container_id)
+        if found is None and self.refresh():
+            found = self._containers.get(container_id)
+        return found
+
+    def containers_of(self, uid: str, namespace: str, pod: str) -> tuple[str, ...]:
+        """The container directories of the pod's log directory (read once per pod)."""
+        names = self._pod_containers.get(uid)
+        if names is None:
+            listed, _ = _names(self.log_root / f"{namespace}_{pod}_{uid}", 64)
+            names = tuple(n for n in listed if _NAME.match(n))
+            if len(self._pod_containers) >= MAX_ENTRIES:
+                self._pod_containers.clear()
+            self._pod_containers[uid] = names
+        return names
+
+    def refresh(self) -> bool:
+        """Re-read both directories, unless done less than ``refresh_every`` ago."""
+        now = self._clock()
+        if self._built is not None and now - self._built < self._refresh_every:
+            return False
+        self._built = now
+        pods: dict[str, tuple[str, str]] = {}
+        uids: dict[tuple[str, str], str | None] = {}
+        names, self.listed = _names(self.log_root)
+        for entry in names:
+            parsed = parse_pod_dir(entry)
+            if parsed is not None:
+                namespace, pod, uid = parsed
+                pods[uid] = (namespace, pod)
+                uids[(namespace, pod)] = uid if (namespace, pod) not in uids else None
+        containers: dict[str, tuple[str, str, str]] = {}
+        names, _ = _names(self.containers_root)
+        for entry in names:
+            link = parse_container_log(entry)
+            if link is not None:
+                containers[link[3]] = link[:3]
+        self._pods, self._uids, self._containers = pods, uids, containers
+        self._pod_containers = {}
+        return True
+
+
 class ProcessMapper:
     """PID -> the container running it (:class:`~otel_gpu.snapshot.PodRef`), from files.
 
     ``proc_root`` is where the host's processes are visible (``/proc`` with
-    ``hostPID: true``); ``log_root`` the kubelet's ``/var/log/pods``, whose
-    sibling ``containers`` (or ``containers_root``) holds the container links.
+    ``hostPID: true``); ``log_root`` the kubelet's ``/var/log/pods``
+    (:class:`PodLogIndex`, which ``index`` can give instead, to share it).
     """
 
     def __init__(
@@ -151,21 +245,13 @@ class ProcessMapper:
         refresh_every: float = 5.0,
         max_pids: int = MAX_PIDS,
         clock: Callable[[], float] = time.monotonic,
+        index: PodLogIndex | None = None,
     ) -> None:
         self.proc_root = Path(proc_root)
-        self.log_root = Path(log_root)
-        self.containers_root = (Path(containers_root) if containers_root is not None
-                                else self.log_root.parent / "containers")
-        self._refresh_every = refresh_every
+        self.index = index if index is not None else PodLogIndex(
+            log_root, containers_root=containers_root, refresh_every=refresh_every, clock=clock)
+        self.log_root = self.index.log_root
         self._max_pids = max_pids
-        self._clock = clock
-        self._built: float | None = None
-        self._pods: dict[str, tuple[str, str]] = {}
-        """uid -> (namespace, pod)"""
-        self._containers: dict[str, tuple[str, str, str]] = {}
-        """container id -> (pod, namespace, container)"""
-        self._pod_containers: dict[str, tuple[str, ...]] = {}
-        """uid -> the container directories of its log directory, listed when needed"""
         self._limited = LogLimiter(log, 3600.0, clock=clock)
 
     def owners(self, pids: Iterable[int]) -> dict[int, PodRef | None]:
@@ -196,12 +282,13 @@ class ProcessMapper:
                 "(hostPID: true); they are reported as unattributed", len(out), self.proc_root)
         return out
 
-    # --- names from the kubelet's log directories ------------------------------------------
-
     def _container(self, ref: CgroupRef) -> PodRef | None:
-        pod = self._pods.get(ref.pod_uid)
-        if pod is None and self._refresh():
-            pod = self._pods.get(ref.pod_uid)
+        pod = self.index.pod(ref.pod_uid)
+        if self.index.listed is False:
+            self._limited.log("log-root", logging.WARNING,
+                              "cannot list %s, so GPU processes in pods are reported as "
+                              "unattributed: mount the kubelet's /var/log/pods (read-only) and "
+                              "set pod_log_root", self.log_root)
         if pod is None:
             self._limited.log(("pod", ref.pod_uid), logging.INFO,
                               "GPU process in pod %s, which has no directory under %s: "
@@ -210,49 +297,14 @@ class ProcessMapper:
         namespace, name = pod
         container = ""
         if ref.container_id is not None:
-            entry = self._containers.get(ref.container_id)
-            if entry is None and self._refresh():
-                entry = self._containers.get(ref.container_id)
+            entry = self.index.container(ref.container_id)
             if entry is not None and entry[:2] == (name, namespace):
                 container = entry[2]
         if not container:  # no link for it: the pod's only container, if it has one
-            names = self._pod_containers.get(ref.pod_uid)
-            if names is None:
-                listed, _ = _names(self.log_root / f"{namespace}_{name}_{ref.pod_uid}", 64)
-                names = tuple(n for n in listed if _NAME.match(n))
-                if len(self._pod_containers) >= MAX_ENTRIES:
-                    self._pod_containers.clear()
-                self._pod_containers[ref.pod_uid] = names
+            names = self.index.containers_of(ref.pod_uid, namespace, name)
             if len(names) == 1:
                 container = names[0]
-        return PodRef(name, namespace, container)
-
-    def _refresh(self) -> bool:
-        """Re-read both directories, unless done less than ``refresh_every`` ago."""
-        now = self._clock()
-        if self._built is not None and now - self._built < self._refresh_every:
-            return False
-        self._built = now
-        pods: dict[str, tuple[str, str]] = {}
-        names, listed = _names(self.log_root)
-        if not listed:
-            self._limited.log("log-root", logging.WARNING,
-                              "cannot list %s, so GPU processes in pods are reported as "
-                              "unattributed: mount the kubelet's /var/log/pods (read-only) and "
-                              "set pod_log_root", self.log_root)
-        for entry in names:
-            parsed = parse_pod_dir(entry)
-            if parsed is not None:
-                namespace, pod, uid = parsed
-                pods[uid] = (namespace, pod)
-        containers: dict[str, tuple[str, str, str]] = {}
-        names, _ = _names(self.containers_root)
-        for entry in names:
-            link = parse_container_log(entry)
-            if link is not None:
-                containers[link[3]] = link[:3]
-        self._pods, self._containers, self._pod_containers = pods, containers, {}
-        return True
+        return PodRef(name, namespace, container, ref.pod_uid)
 
 
 # --- the join: per (device, container) ------------------------------------------------------
@@ -279,19 +331,27 @@ def join_usage(
         for proc in sample.processes:
             ref = owners.get(proc.pid)
             if ref is not None and not ref.container:
-                mine = {h.container for h in holders if (h.pod, h.namespace) == ref[:2]}
+                mine = {h.container for h in holders
+                        if (h.pod, h.namespace) == (ref.pod, ref.namespace)}
                 if len(mine) == 1:
-                    ref = ref._replace(container=mine.pop())
+                    ref = ref.with_container(mine.pop())
             groups.setdefault(ref, []).append(proc)
         for holder in holders:
             groups.setdefault(holder.ref, [])
-        rows.extend(_row(uuid, ref, procs, sample.process_utilization)
+        rows.extend(usage_row(uuid, ref, procs, sample.process_utilization)
                     for ref, procs in groups.items())
-    rows.sort(key=lambda r: (r.uuid, r.pod is None, r.pod or ()))
+    rows.sort(key=usage_order)
     return tuple(rows)
 
 
-def _row(uuid: str, ref: PodRef | None, procs: list[ProcessUsage], shares: bool) -> PodUsage:
+def usage_order(row: PodUsage) -> tuple[str, bool, tuple[str, ...]]:
+    """Rows by device, then workload, the unattributed row last."""
+    return (row.uuid, row.pod is None, row.pod.sort_key if row.pod is not None else ())
+
+
+def usage_row(uuid: str, ref: Owner | None, procs: Sequence[ProcessUsage],
+              shares: bool) -> PodUsage:
+    """One workload's processes on one device, summed (``shares``: NVML gave them)."""
     known = [p.used_memory for p in procs if p.used_memory is not None]
 
     def total(values: list[float | None]) -> float | None:

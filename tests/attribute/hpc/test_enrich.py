@@ -56,7 +56,7 @@ def test_files_name_gpus_by_index_and_mig_instances_by_gpu_instance(tmp_path):
     (tmp_path / "1").write_text("1100\n")  # the MIG GPU as a whole
     (tmp_path / "1.2").write_text("1102\n1103\n")
     (tmp_path / "1.3").write_text("1103\n")
-    snap = JobEnricher(MappingWatcher(tmp_path))(_node_snapshot())
+    snap = JobEnricher(MappingWatcher(tmp_path)).process(_node_snapshot())
     assert dict(snap.jobs) == {
         GPU0: ("1001",), GPU1: ("1100",), MIG_B: ("1102", "1103"), MIG_C: ("1103",)}
     assert snap.series_jobs(MIG_A) == ()  # a MIG instance does not take its GPU's file
@@ -70,7 +70,7 @@ def test_cgroups_name_the_jobs_of_each_devices_processes_without_a_file(tmp_path
     _proc(proc, 13, "4:devices:/slurm/uid_1000/job_2001/step_1/task_0\n")
     _proc(proc, 14, "0::/user.slice/user-1000.slice/session-3.scope\n")
     snap = _node_snapshot(processes={GPU0: (11, 12), MIG_A: (13,), GPU2: (14,)})
-    out = JobEnricher(slurm=SlurmJobs(proc))(snap)
+    out = JobEnricher(slurm=SlurmJobs(proc)).process(snap)
     assert dict(out.jobs) == {GPU0: ("2001", "2002"), MIG_A: ("2001",)}
 
 
@@ -81,7 +81,7 @@ def test_both_sources_are_merged_sorted_once_each(tmp_path):
     _proc(tmp_path / "proc", 12, SLURM.format(job=998))
     stage = job_enricher(str(tmp_path / "map"), str(tmp_path / "proc"), processes=True)
     assert stage is not None
-    out = stage(_node_snapshot(processes={GPU0: (11, 12)}))
+    out = stage.process(_node_snapshot(processes={GPU0: (11, 12)}))
     assert out.jobs[GPU0] == ("998", "1001", "abc")
     assert sorted(["10", "9", "b", "a", "100"], key=job_order) == ["9", "10", "100", "a", "b"]
 
@@ -94,11 +94,11 @@ def test_off_unless_a_directory_or_process_usage():
 def test_read_once_per_sample_and_reused_for_republications(tmp_path):
     (tmp_path / "0").write_text("1001\n")
     stage = JobEnricher(MappingWatcher(tmp_path))
-    first = stage(_node_snapshot(seq=1))
+    first = stage.process(_node_snapshot(seq=1))
     (tmp_path / "0").write_text("1002\n")
-    again = stage(_node_snapshot(seq=1))  # the kubelet thread re-publishing sample 1
+    again = stage.process(_node_snapshot(seq=1))  # the kubelet thread re-publishing sample 1
     assert again.jobs is first.jobs and first.jobs[GPU0] == ("1001",)
-    assert stage(_node_snapshot(seq=2)).jobs[GPU0] == ("1002",)
+    assert stage.process(_node_snapshot(seq=2)).jobs[GPU0] == ("1002",)
 
 
 def test_a_file_naming_no_device_is_said_and_its_jobs_dropped(tmp_path, caplog):
@@ -107,7 +107,7 @@ def test_a_file_naming_no_device_is_said_and_its_jobs_dropped(tmp_path, caplog):
     stage = JobEnricher(MappingWatcher(tmp_path))
     with caplog.at_level(logging.WARNING, logger="otel_gpu.attribute.hpc.enrich"):
         for seq in (1, 2, 3):
-            assert dict(stage(_node_snapshot(seq=seq)).jobs) == {}
+            assert dict(stage.process(_node_snapshot(seq=seq)).jobs) == {}
     assert sorted(_said(caplog)) == [
         "HPC job mapping file 1.7 names no GPU or MIG GPU instance on this node: its jobs "
         "are not shown",
@@ -118,20 +118,21 @@ def test_a_file_naming_no_device_is_said_and_its_jobs_dropped(tmp_path, caplog):
 def test_jobs_per_device_are_bounded(tmp_path, monkeypatch):
     monkeypatch.setattr(enrich, "MAX_JOBS_PER_DEVICE", 3)
     (tmp_path / "0").write_text("".join(f"{n}\n" for n in range(10, 0, -1)))
-    assert JobEnricher(MappingWatcher(tmp_path))(_node_snapshot()).jobs[GPU0] == ("1", "2", "3")
+    joined = JobEnricher(MappingWatcher(tmp_path)).process(_node_snapshot())
+    assert joined.jobs[GPU0] == ("1", "2", "3")
 
 
 def test_a_bug_keeps_the_last_jobs_and_never_raises(tmp_path, caplog):
     (tmp_path / "0").write_text("1001\n")
     stage = JobEnricher(MappingWatcher(tmp_path))
-    assert stage(_node_snapshot(seq=1)).jobs[GPU0] == ("1001",)
+    assert stage.process(_node_snapshot(seq=1)).jobs[GPU0] == ("1001",)
 
     def broken():
         raise RuntimeError("boom")
 
     stage.mapping.jobs = broken  # type: ignore[union-attr]
     with caplog.at_level(logging.ERROR, logger="otel_gpu.attribute.hpc.enrich"):
-        assert stage(_node_snapshot(seq=2)).jobs[GPU0] == ("1001",)
+        assert stage.process(_node_snapshot(seq=2)).jobs[GPU0] == ("1001",)
     assert _said(caplog) == ["reading HPC jobs failed; keeping the jobs last read"]
 
 
@@ -226,4 +227,4 @@ def test_a_mig_instance_without_a_gpu_instance_id_never_takes_its_gpus_file(tmp_
     (tmp_path / "1").write_text("1100\n")
     devices = [copy(d, gpu_instance_id=None) if d.uuid == MIG_A else d for d in sample_node()]
     snap = make_snapshot(*(sample(d) for d in devices))
-    assert dict(JobEnricher(MappingWatcher(tmp_path))(snap).jobs) == {GPU1: ("1100",)}
+    assert dict(JobEnricher(MappingWatcher(tmp_path)).process(snap).jobs) == {GPU1: ("1100",)}

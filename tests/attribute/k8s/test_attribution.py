@@ -27,6 +27,7 @@ from otel_gpu.attribute.k8s.podresources import (
     allocatable_from_v1,
     allocations_from_v1,
 )
+from otel_gpu.snapshot import PodRef
 from tests.support.kubelet import (
     FakeKubelet,
     claim,
@@ -57,7 +58,7 @@ def state_of(
 
 def h(pod: str, container: str = "main", replica: int | None = None, resource: str = GPU,
       namespace: str = "default", shared: bool = False) -> Holder:  # fmt: skip
-    return Holder(pod, namespace, container, replica, resource, shared)
+    return Holder(PodRef(pod, namespace, container), replica, resource, shared)
 
 
 # --------------------------------------------------------------------------- scenarios
@@ -75,8 +76,8 @@ def test_exclusive_gpus(node_devices) -> None:
     assert att.exclusive_owner(GPU1) is None
     assert att.holders(GPU1) == ()
     assert set(att.allocations()) == {
-        AllocationRow(GPU0, "a", "default", "main", None, GPU),
-        AllocationRow(GPU2, "b", "ml", "main", None, GPU),
+        AllocationRow(GPU0, PodRef("a", "default", "main"), None, GPU),
+        AllocationRow(GPU2, PodRef("b", "ml", "main"), None, GPU),
     }
     assert att.unresolved == ()
 
@@ -121,7 +122,7 @@ def test_time_slicing_three_pods_one_gpu(node_devices) -> None:
     assert att.exclusive_owner(GPU0) is None
     assert att.holders(GPU0) == tuple(h(f"p{i}", replica=i, shared=True) for i in range(3))
     assert att.allocations() == tuple(
-        AllocationRow(GPU0, f"p{i}", "default", "main", i, GPU) for i in range(3)
+        AllocationRow(GPU0, PodRef(f"p{i}", "default", "main"), i, GPU) for i in range(3)
     )
     assert att.summary() == (ResourceSummary(GPU, 3, 4),)
 
@@ -383,7 +384,7 @@ def test_watcher_to_attribution_end_to_end(kubelet: FakeKubelet, node_devices) -
         assert wait_until(lambda: w.state.pod_count == 1)
         assert attributor(w.state).exclusive_owner(GPU2) is None
         assert attributor(w.state).allocations() == (
-            AllocationRow(GPU0, "train", "default", "main", None, GPU),
+            AllocationRow(GPU0, PodRef("train", "default", "main"), None, GPU),
         )
     finally:
         w.stop()

@@ -10,18 +10,18 @@ import pytest
 from otel_gpu.attribute.k8s import energy
 from otel_gpu.attribute.k8s.energy import EnergyLedger, apportion, compute_slices
 from otel_gpu.attribute.k8s.enrich import PodEnricher
-from otel_gpu.attribute.k8s.podresources import Allocation, PodResourcesState
+from otel_gpu.attribute.k8s.kubelet_answer import Allocation, PodResourcesState
 from otel_gpu.instrument.catalog import CATALOG
 from otel_gpu.sample.sources import ENERGY, GPM_SM_ACTIVE
 from otel_gpu.snapshot import (
     Attribution,
     Holder,
-    KubeletStats,
     PodEnergy,
     PodRef,
     Pods,
     PodUsage,
 )
+from tests.support.kubelet import FakePodSource
 from tests.support.snapshots import GPU0, GPU1, MIG_A, MIG_B, gpu_device, mig_device, sample
 from tests.support.snapshots import snapshot as make_snapshot
 
@@ -32,7 +32,7 @@ NOBODY = Attribution()
 
 
 def _holders(uuid: str, *refs: PodRef, shared: bool = False) -> dict[str, tuple[Holder, ...]]:
-    return {uuid: tuple(Holder(r.pod, r.namespace, r.container, i if shared else None,
+    return {uuid: tuple(Holder(PodRef(r.pod, r.namespace, r.container), i if shared else None,
                                "nvidia.com/gpu", shared) for i, r in enumerate(refs))}
 
 
@@ -260,21 +260,16 @@ def test_pods_seen_between_two_samples_get_their_row_and_rule_at_once():
     assert _rows(later) == {(GPU0, None): 5000, (GPU0, A): 400}
 
 
-class _Watcher:
-    def __init__(self, state: PodResourcesState) -> None:
-        self.state, self.stats = state, KubeletStats()
-
-
 def test_the_attribution_stage_attaches_energy_once_per_sample(tmp_path):
-    held = PodResourcesState((Allocation("train-a", "ml", "main", "nvidia.com/gpu", GPU0),),
+    held = PodResourcesState((Allocation(PodRef("train-a", "ml", "main"), "nvidia.com/gpu", GPU0),),
                              None, 1.0, "v1")
-    watcher = _Watcher(held)
+    watcher = FakePodSource(state=held)
     enrich = PodEnricher(watcher, tmp_path)
-    enrich(_snap(1, _gpu(4000)))
+    enrich.process(_snap(1, _gpu(4000)))
     sample_two = _snap(2, _gpu(4500))
-    first = enrich(sample_two).pods.energy
+    first = enrich.process(sample_two).pods.energy
     watcher.state = PodResourcesState(held.allocations, None, 2.0, "v1")  # a new answer
-    assert enrich(sample_two).pods.energy == first  # Pipeline.pods_changed re-publishes
+    assert enrich.process(sample_two).pods.energy == first  # Pipeline.pods_changed re-publishes
     assert _rows(first) == {(GPU0, A): 500, (GPU0, None): 4000}
 
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import gc
 import logging
 import tracemalloc
-from types import SimpleNamespace
 
 import pytest
 
 from otel_gpu.attribute.k8s.enrich import PodEnricher
-from otel_gpu.attribute.k8s.podresources import Allocation, PodResourcesState
-from otel_gpu.snapshot import KubeletStats
+from otel_gpu.attribute.k8s.kubelet_answer import Allocation, PodResourcesState
+from otel_gpu.snapshot import PodRef
 from tests.support.clock import FakeClock
+from tests.support.kubelet import FakePodSource
 from tests.support.snapshots import GPU0, gpu_device, sample, snapshot
 
 LOGGER = "otel_gpu.attribute.k8s.enrich"
@@ -25,20 +25,13 @@ def _state(*allocations: Allocation) -> PodResourcesState:
 def _unknown(pods: int, per_pod: int = 4, tag: str = "x") -> PodResourcesState:
     """``pods`` pods holding ``per_pod`` ids each that match no GPU of the node."""
     return _state(*(
-        Allocation(f"p{i}", "ml", "main", "nvidia.com/gpu", f"GPU-{tag}-{i:05d}-{k}")
+        Allocation(PodRef(f"p{i}", "ml", "main"), "nvidia.com/gpu", f"GPU-{tag}-{i:05d}-{k}")
         for i in range(pods) for k in range(per_pod)
     ))
 
 
 def _held(pod: str = "train") -> PodResourcesState:
-    return _state(Allocation(pod, "ml", "main", "nvidia.com/gpu", GPU0))
-
-
-class _Watcher(SimpleNamespace):
-    """What the enricher reads of a PodResourcesWatcher: its state and stats."""
-
-    def __init__(self, state: PodResourcesState) -> None:
-        super().__init__(state=state, stats=KubeletStats())
+    return _state(Allocation(PodRef(pod, "ml", "main"), "nvidia.com/gpu", GPU0))
 
 
 @pytest.fixture
@@ -51,20 +44,20 @@ def _lines(caplog) -> list[logging.LogRecord]:
 
 
 def test_pods_are_attached_and_unmatched_ids_counted(node, tmp_path):
-    watcher = _Watcher(_held())
+    watcher = FakePodSource(state=_held())
     enrich = PodEnricher(watcher, tmp_path)
-    joined = enrich(node)
+    joined = enrich.process(node)
     assert joined.series_pods(GPU0)[0].pod == "train"
     assert joined.pods.attribution.unresolved == ()
     watcher.state = _state(*_held().allocations, *_unknown(2, 2).allocations)
-    assert len(enrich(node).pods.attribution.unresolved) == 4
+    assert len(enrich.process(node).pods.attribution.unresolved) == 4
 
 
 def test_thousands_of_unmatched_ids_make_one_line(node, tmp_path, caplog):
     caplog.set_level(logging.INFO, LOGGER)
-    watcher = _Watcher(_unknown(5000))
+    watcher = FakePodSource(state=_unknown(5000))
     enrich = PodEnricher(watcher, tmp_path)
-    enrich(node)
+    enrich.process(node)
     (line,) = _lines(caplog)
     assert line.levelno == logging.WARNING
     message = line.getMessage()
@@ -74,44 +67,44 @@ def test_thousands_of_unmatched_ids_make_one_line(node, tmp_path, caplog):
     # the same answer polled again (a new state object) and more samples: nothing more
     for _ in range(5):
         watcher.state = _unknown(5000)
-        enrich(node)
+        enrich.process(node)
     assert len(_lines(caplog)) == 1
 
 
 def test_changes_inside_the_window_are_summarised_when_it_ends(node, tmp_path, caplog):
     caplog.set_level(logging.INFO, LOGGER)
     clock = FakeClock()
-    watcher = _Watcher(_unknown(10))
+    watcher = FakePodSource(state=_unknown(10))
     enrich = PodEnricher(watcher, tmp_path, clock=clock)
-    enrich(node)
+    enrich.process(node)
     assert len(_lines(caplog)) == 1
     for tag, pods in (("y", 20), ("z", 30)):
         clock.advance(10)
         watcher.state = _unknown(pods, tag=tag)
-        enrich(node)
+        enrich.process(node)
     assert len(_lines(caplog)) == 1  # held back: a minute has not passed
     clock.advance(41)  # 61 s after the first line: the next sample reports the set as it is
-    enrich(node)
+    enrich.process(node)
     lines = _lines(caplog)
     assert len(lines) == 2
     assert "120 allocated device id(s)" in lines[1].getMessage()
     assert "GPU-z-" in lines[1].getMessage()
     assert "the set changed 2 times since the last such line" in lines[1].getMessage()
     clock.advance(600)
-    enrich(node)  # unchanged: silent however long it lasts
+    enrich.process(node)  # unchanged: silent however long it lasts
     assert len(_lines(caplog)) == 2
 
 
 def test_every_id_matching_again_is_said_once(node, tmp_path, caplog):
     caplog.set_level(logging.INFO, LOGGER)
     clock = FakeClock()
-    watcher = _Watcher(_unknown(3))
+    watcher = FakePodSource(state=_unknown(3))
     enrich = PodEnricher(watcher, tmp_path, clock=clock)
-    enrich(node)
+    enrich.process(node)
     clock.advance(61)
     watcher.state = _held()
-    enrich(node)
-    enrich(node)
+    enrich.process(node)
+    enrich.process(node)
     lines = _lines(caplog)
     assert [r.levelno for r in lines] == [logging.WARNING, logging.INFO]
     assert "matches a device on this node again" in lines[1].getMessage()
@@ -119,9 +112,9 @@ def test_every_id_matching_again_is_said_once(node, tmp_path, caplog):
 
 def test_nothing_is_said_while_every_id_matches(node, tmp_path, caplog):
     caplog.set_level(logging.DEBUG, LOGGER)
-    enrich = PodEnricher(_Watcher(_held()), tmp_path)
+    enrich = PodEnricher(FakePodSource(state=_held()), tmp_path)
     for _ in range(3):
-        enrich(node)
+        enrich.process(node)
     assert _lines(caplog) == []
 
 
@@ -130,23 +123,38 @@ def test_memory_stays_flat_whatever_the_number_of_distinct_ids(node, tmp_path):
     logging.getLogger(LOGGER).disabled = True
     try:
         clock = FakeClock()
-        watcher = _Watcher(_unknown(1))
+        watcher = FakePodSource(state=_unknown(1))
         enrich = PodEnricher(watcher, tmp_path, clock=clock)
-        enrich(node)
+        enrich.process(node)
         watcher.state = _held()
-        enrich(node)
+        enrich.process(node)
         gc.collect()
         tracemalloc.start()
         before = tracemalloc.get_traced_memory()[0]
         for round_ in range(20):
             clock.advance(61)
             watcher.state = _unknown(250, tag=f"r{round_}")
-            enrich(node)
+            enrich.process(node)
         watcher.state = _held()
-        enrich(node)
+        enrich.process(node)
         gc.collect()
         kept = tracemalloc.get_traced_memory()[0] - before
         tracemalloc.stop()
     finally:
         logging.getLogger(LOGGER).disabled = False
     assert kept < 64 * 1024, kept
+
+
+def test_the_real_sources_and_the_double_are_pod_sources(tmp_path):
+    from otel_gpu.attribute.enrich import Enricher
+    from otel_gpu.attribute.k8s.enrich import KubeletWatch
+    from otel_gpu.attribute.k8s.podresources import PodResourcesWatcher
+    from otel_gpu.attribute.k8s.source import PodSource
+
+    path = tmp_path / "kubelet.sock"
+    real = PodResourcesWatcher(path)
+    waiting = KubeletWatch(path, lambda: real, interval=1.0)
+    for source in (real, waiting, FakePodSource()):
+        assert isinstance(source, PodSource), source
+    assert waiting.state is None and not waiting.poll_once()  # no socket: nothing yet
+    assert isinstance(PodEnricher(waiting, tmp_path), Enricher)

@@ -22,6 +22,7 @@ from otel_gpu.attribute.k8s.podresources import (
     allocatable_from_v1,
     allocations_from_v1,
 )
+from otel_gpu.snapshot import PodRef
 from tests.support.kubelet import (
     V1_ALLOCATABLE,
     V1_GET,
@@ -90,8 +91,8 @@ def test_device_repeated_per_numa_node_is_deduplicated() -> None:
         ResourceFilter(),
     )
     assert sorted(allocs, key=lambda a: a.device_id) == [
-        Allocation("p", "default", "c", "nvidia.com/gpu", GPU0, (0, 1), (3, 5)),
-        Allocation("p", "default", "c", "nvidia.com/gpu", GPU1, (0,), (3, 5)),
+        Allocation(PodRef("p", "default", "c"), "nvidia.com/gpu", GPU0, (0, 1), (3, 5)),
+        Allocation(PodRef("p", "default", "c"), "nvidia.com/gpu", GPU1, (0,), (3, 5)),
     ]
 
 
@@ -139,10 +140,10 @@ def test_dra_claims() -> None:
         ResourceFilter(),
     )
     assert allocs == (
-        Allocation("trainer", "ml", "main", "gpu.nvidia.com", "gpu-0", (), (4,), "gpus", "ml",
-                   "gpu.nvidia.com", "node-a", None),
-        Allocation("trainer", "ml", "main", "gpu.nvidia.com", "gpu-1", (), (4,), "gpus", "ml",
-                   "gpu.nvidia.com", "node-a", "abc"),
+        Allocation(PodRef("trainer", "ml", "main"), "gpu.nvidia.com", "gpu-0", (), (4,),
+                   "gpus", "ml", "gpu.nvidia.com", "node-a", None),
+        Allocation(PodRef("trainer", "ml", "main"), "gpu.nvidia.com", "gpu-1", (), (4,),
+                   "gpus", "ml", "gpu.nvidia.com", "node-a", "abc"),
     )  # fmt: skip
 
 
@@ -254,7 +255,7 @@ def test_v1alpha1_only_kubelet(kubelet: FakeKubelet, caplog) -> None:
     st = w.state
     assert st.source == "v1alpha1"
     assert st.allocatable is None
-    assert st.allocations == (Allocation("a", "default", "c", "nvidia.com/gpu", GPU0),)
+    assert st.allocations == (Allocation(PodRef("a", "default", "c"), "nvidia.com/gpu", GPU0),)
     # v1 asked once, then v1alpha1 only; the switch logged once.
     assert kubelet.calls[V1_LIST] == 1
     assert kubelet.calls[V1ALPHA1_LIST] == 3
@@ -623,3 +624,36 @@ def test_on_update_is_called_when_the_allocations_change(kubelet):
         assert [s.allocations[0].pod for s in seen] == ["a", "b"]
     finally:
         watcher.stop()
+
+
+@pytest.mark.parametrize("rpc", [V1_LIST, V1_ALLOCATABLE])
+def test_corrupt_reply_is_one_line_and_keeps_the_pods_for_the_grace_period(
+    kubelet: FakeKubelet, clock, caplog, rpc: str
+) -> None:
+    kubelet.set_pods([pod("a", container("c", devices("nvidia.com/gpu", GPU0)))])
+    kubelet.set_allocatable([devices("nvidia.com/gpu", GPU0)])
+    w = watcher(kubelet, clock=clock, grace_period=60.0, random=lambda: 1.0,
+                allocatable_every=1)
+    assert w.poll_once()
+    good = w.state
+    kubelet.corrupt_next(3, rpc=rpc)
+    with caplog.at_level(logging.DEBUG):
+        for _ in range(3):
+            clock.advance(1)
+            ok = w.poll_once()
+            assert ok is (rpc == V1_ALLOCATABLE)  # a bad allocatable keeps the last one
+            assert w.state.allocations == good.allocations
+            assert w.state.allocatable == good.allocatable
+    assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
+    lines = [r for r in caplog.records if "not a valid" in r.getMessage()]
+    assert len(lines) == 1, [r.getMessage() for r in caplog.records]
+    assert lines[0].name == LOGGER and rpc in lines[0].getMessage()
+    if rpc == V1_LIST:
+        assert w.stats.consecutive_failures == 3
+        clock.advance(60)
+        kubelet.corrupt_next(1, rpc=rpc)
+        assert not w.poll_once()
+        assert w.state is EMPTY_STATE  # then dropped, as for any failed poll
+    assert w.poll_once()  # and back once the kubelet speaks protobuf again
+    assert [a.pod for a in w.state.allocations] == ["a"]
+    w.stop()

@@ -10,7 +10,7 @@ import pytest
 
 from otel_gpu.attribute.k8s import processes
 from otel_gpu.attribute.k8s.enrich import PodEnricher
-from otel_gpu.attribute.k8s.podresources import Allocation, PodResourcesState
+from otel_gpu.attribute.k8s.kubelet_answer import Allocation
 from otel_gpu.attribute.k8s.processes import (
     CGROUP_MAX_BYTES,
     CgroupRef,
@@ -22,8 +22,9 @@ from otel_gpu.attribute.k8s.processes import (
 )
 from otel_gpu.sim.node import write_node
 from otel_gpu.sim.scenario import ContainerSpec, NodeSpec, PodSpec
-from otel_gpu.snapshot import Attribution, Holder, KubeletStats, PodRef, ProcessUsage
+from otel_gpu.snapshot import Attribution, Holder, PodRef, ProcessUsage
 from tests.support.clock import FakeClock
+from tests.support.kubelet import FakePodSource
 from tests.support.snapshots import GPU0, GPU1, MIG_A, gpu_device, mig_device, sample, snapshot
 
 UID = "6b1e1f0e-4d1c-4b7e-9d9a-2f8f1d2c3b4a"
@@ -253,7 +254,8 @@ def _procs(*rows: tuple) -> tuple[ProcessUsage, ...]:
 
 
 def _holder(pod: str, replica: int | None = None, container: str = "main") -> Holder:
-    return Holder(pod, "ml", container, replica, "nvidia.com/gpu", shared=replica is not None)
+    return Holder(PodRef(pod, "ml", container), replica, "nvidia.com/gpu",
+                  shared=replica is not None)
 
 
 def test_sums_per_container_with_zero_rows_for_idle_holders():
@@ -304,12 +306,6 @@ def test_a_pod_known_without_its_container_takes_the_one_holding_the_device():
 # --- the attribution stage ----------------------------------------------------------------------
 
 
-class _Watcher:
-    def __init__(self, *allocations: Allocation) -> None:
-        self.state = PodResourcesState(tuple(allocations), None, 1.0, "v1")
-        self.stats = KubeletStats()
-
-
 class _CountingMapper(ProcessMapper):
     def __init__(self, *args, **kw) -> None:
         super().__init__(*args, **kw)
@@ -323,24 +319,57 @@ class _CountingMapper(ProcessMapper):
 def test_the_enricher_attaches_usage_and_maps_once_per_sample(tree):
     _, paths = tree
     mapper = _CountingMapper(paths.proc_root, paths.pod_log_root)
-    watcher = _Watcher(Allocation("a", "ml", "main", "nvidia.com/gpu", f"{GPU0}::0"),
-                       Allocation("idle", "ml", "main", "nvidia.com/gpu", f"{GPU0}::1"))
+    watcher = FakePodSource(Allocation(PodRef("a", "ml", "main"), "nvidia.com/gpu", f"{GPU0}::0"),
+                       Allocation(PodRef("idle", "ml", "main"), "nvidia.com/gpu", f"{GPU0}::1"))
     enrich = PodEnricher(watcher, paths.proc_root, processes=mapper)
     gpu = sample(gpu_device(GPU0), processes=_procs((101, 100, 0.5, 0.1, 0.0, 0.0),
                                                    (900, 10, 0.1, 0.0, 0.0, 0.0)),
                  process_utilization=True)
-    joined = enrich(snapshot(gpu, seq=1))
+    joined = enrich.process(snapshot(gpu, seq=1))
     assert [(r.pod, r.used_memory, r.sm) for r in joined.pods.usage] == [
         (PodRef("a", "ml", "main"), 100, 0.5),
         (PodRef("idle", "ml", "main"), 0, 0.0),
         (None, 10, 0.1),
     ]
     # the kubelet's next answer re-publishes the same sample: no file is read again
-    watcher.state = PodResourcesState(watcher.state.allocations[:1], None, 2.0, "v1")
-    again = enrich(joined)
+    watcher.answer(*watcher.state.allocations[:1])
+    again = enrich.process(joined)
     assert mapper.calls == 1
     assert [r.pod for r in again.pods.usage] == [PodRef("a", "ml", "main"), None]
-    enrich(snapshot(gpu, seq=2))
+    enrich.process(snapshot(gpu, seq=2))
     assert mapper.calls == 2
     # without process usage, no usage rows
-    assert PodEnricher(watcher, paths.proc_root)(snapshot(gpu)).pods.usage == ()
+    assert PodEnricher(watcher, paths.proc_root).process(snapshot(gpu)).pods.usage == ()
+
+
+# --- the pod UID (k8s.pod.uid) -------------------------------------------------------------
+
+
+def test_a_process_owner_carries_its_pods_uid_to_its_usage_row(tree):
+    from otel_gpu.instrument.catalog import usage_labels
+
+    _, paths = tree
+    owners = ProcessMapper(paths.proc_root, paths.pod_log_root).owners([101, 102])
+    assert owners[101].uid == UID
+    assert owners[102].uid == "11111111-2222-3333-4444-555555555555"
+    gpu = sample(gpu_device(GPU0), processes=_procs((101, 100, 0.5, 0.0, 0.0, 0.0)),
+                 process_utilization=True)
+    (row,) = join_usage([gpu], owners)
+    assert usage_labels(row) == {"hw.id": GPU0, "k8s.pod.name": "a", "k8s.namespace.name": "ml",
+                                 "k8s.container.name": "main", "k8s.pod.uid": UID}
+
+
+def test_the_pods_the_kubelet_lists_get_their_uid_from_the_pod_log_directories(tree):
+    from otel_gpu.attribute.k8s.processes import PodLogIndex
+
+    _, paths = tree
+    watcher = FakePodSource(Allocation(PodRef("a", "ml", "main"), "nvidia.com/gpu", GPU0),
+                            Allocation(PodRef("gone", "ml", "main"), "nvidia.com/gpu", GPU1))
+    enrich = PodEnricher(watcher, paths.proc_root, pod_dirs=PodLogIndex(paths.pod_log_root))
+    joined = enrich.process(snapshot(sample(gpu_device(GPU0)), sample(gpu_device(GPU1))))
+    (owner,) = joined.series_pods(GPU0)
+    assert owner.uid == UID
+    assert joined.workload_attributes(GPU0)["k8s.pod.uid"] == UID
+    assert joined.allocations(GPU0)[0].ref.uid == UID
+    (unknown,) = joined.series_pods(GPU1)  # no directory names it: no UID, still the pod
+    assert unknown.uid is None and "k8s.pod.uid" not in joined.workload_attributes(GPU1)

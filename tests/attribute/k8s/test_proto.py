@@ -12,7 +12,7 @@ from google.protobuf import descriptor_pb2
 
 from otel_gpu.attribute.k8s._proto.podresources.v1 import api_pb2 as v1_pb2
 from otel_gpu.attribute.k8s._proto.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
-from otel_gpu.attribute.k8s.podresources import RPC_METHODS
+from otel_gpu.attribute.k8s.kubelet_rpc import RPC_METHODS
 
 ROOT = Path(__file__).resolve().parents[3]
 GEN = ROOT / "scripts" / "gen_proto.py"
