@@ -130,6 +130,10 @@ class WebConfig:
     """Extra response headers (``http_server_config.headers``)."""
 
 
+Fail = Callable[[str, str], NoReturn]
+"""Reports one bad key of the file (it raises)."""
+
+
 def load_web_config(path: str) -> WebConfig:
     def fail(key: str, what: str) -> NoReturn:
         raise WebConfigError(f"web config {path}: {key}: {what}")
@@ -167,7 +171,7 @@ def _kind(value: Any) -> str:
     return type(value).__name__
 
 
-def _section(doc: dict, key: str, fail) -> dict | None:
+def _section(doc: dict[str, Any], key: str, fail: Fail) -> dict[str, Any] | None:
     raw = doc.get(key)
     if raw is None:
         return None
@@ -176,13 +180,14 @@ def _section(doc: dict, key: str, fail) -> dict | None:
     return raw
 
 
-def _known_keys(raw: dict, prefix: str, known: tuple[str, ...], fail) -> None:
+def _known_keys(raw: dict[str, Any], prefix: str, known: tuple[str, ...], fail: Fail) -> None:
     for key in raw:
         if not isinstance(key, str) or key not in known:
             fail(f"{prefix}{key}", f"unknown key (expected one of {', '.join(known)})")
 
 
-def _string(raw: dict, key: str, prefix: str, fail, what: str = "a string") -> str | None:
+def _string(raw: dict[str, Any], key: str, prefix: str, fail: Fail,
+            what: str = "a string") -> str | None:
     value = raw.get(key)
     if value is None:
         return None
@@ -191,7 +196,8 @@ def _string(raw: dict, key: str, prefix: str, fail, what: str = "a string") -> s
     return value
 
 
-def _choice(raw: dict, key: str, prefix: str, choices: Mapping[str, Any], fail) -> str | None:
+def _choice(raw: dict[str, Any], key: str, prefix: str, choices: Mapping[str, Any],
+            fail: Fail) -> str | None:
     value = raw.get(key)
     if value is None:
         return None
@@ -200,7 +206,7 @@ def _choice(raw: dict, key: str, prefix: str, choices: Mapping[str, Any], fail) 
     return value
 
 
-def _regular_file(path: Path, key: str, fail) -> None:
+def _regular_file(path: Path, key: str, fail: Fail) -> None:
     """Refuse what ssl would hang on or read without bound (a FIFO, /dev/zero)."""
     try:
         read_bytes(str(path), key)
@@ -208,7 +214,7 @@ def _regular_file(path: Path, key: str, fail) -> None:
         fail(key, str(exc).removeprefix(f"{key} "))
 
 
-def _tls(raw: dict | None, base: Path, fail) -> ssl.SSLContext | None:
+def _tls(raw: dict[str, Any] | None, base: Path, fail: Fail) -> ssl.SSLContext | None:
     if raw is None:
         return None
     p = "tls_server_config."
@@ -276,7 +282,7 @@ def _tls(raw: dict | None, base: Path, fail) -> ssl.SSLContext | None:
     return context
 
 
-def _ciphers(suites: Any, fail) -> str:
+def _ciphers(suites: Any, fail: Fail) -> str:
     key = "tls_server_config.cipher_suites"
     if not isinstance(suites, list) or not all(isinstance(s, str) for s in suites):
         fail(key, f"expected a list of cipher suite names, got {_kind(suites)}")
@@ -309,7 +315,7 @@ def _warn_if_world_writable(path: Path, key: str) -> None:
                     "the server's private key (chmod o-w %s)", key, path, path)
 
 
-def _http(raw: dict | None, fail) -> tuple[tuple[str, str], ...]:
+def _http(raw: dict[str, Any] | None, fail: Fail) -> tuple[tuple[str, str], ...]:
     if raw is None:
         return ()
     p = "http_server_config."
@@ -343,7 +349,7 @@ def _http(raw: dict | None, fail) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def _users(raw: dict | None, fail) -> dict[str, bytes]:
+def _users(raw: dict[str, Any] | None, fail: Fail) -> dict[str, bytes]:
     if raw is None:
         return {}
     users: dict[str, bytes] = {}
