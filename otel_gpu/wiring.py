@@ -22,7 +22,7 @@ from opentelemetry.sdk.metrics.export import MetricReader
 
 from otel_gpu.config import Config
 from otel_gpu.errors import SetupError
-from otel_gpu.export import exporters, naming
+from otel_gpu.export import exporters, naming, sdk_env
 from otel_gpu.export.collected import CollectingReader
 from otel_gpu.export.events import EventDetector
 from otel_gpu.export.prometheus import MetricsServer, RenderCache, new_reader
@@ -185,6 +185,7 @@ class Service:
         self.nvml = nvml
         self.outputs = exporters.select(config, environ)
         self.exporters = tuple(e.name for e in self.outputs)
+        sdk_env.settle(environ, otlp="otlp" in self.exporters)
         if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
             log.warning("OTEL_SDK_DISABLED=true: the OpenTelemetry SDK records nothing, so "
                         "/metrics carries only the dcgm/kubelet profiles and OTLP sends nothing")

@@ -16,6 +16,7 @@ from opentelemetry.sdk.metrics.export import MetricReader
 from opentelemetry.sdk.resources import Resource
 
 from otel_gpu.errors import SetupError
+from otel_gpu.export import sdk_env
 from otel_gpu.export.collected import CollectingReader
 from otel_gpu.export.otlp_transport import OtlpRows, OtlpSettings, endpoint_configured
 
@@ -92,6 +93,7 @@ class OtlpExporter:
     def validate(self) -> None:
         from otel_gpu.export import otlp, otlp_logs
 
+        sdk_env.check_otlp(self._environ)
         otlp.validate(self.settings, self._environ)
         otlp_logs.validate(self.settings, self._environ)  # GPU events go where metrics go
 
@@ -134,7 +136,8 @@ def select(config: Rows, environ: Mapping[str, str]) -> list[Exporter]:
 
 
 def validate(config: Rows, environ: Mapping[str, str]) -> list[Exporter]:
-    """Each selected exporter's checks."""
+    """The OpenTelemetry SDK's own variables, then each selected exporter's checks."""
+    sdk_env.check(environ)
     chosen = select(config, environ)
     for exporter in chosen:
         exporter.validate()
