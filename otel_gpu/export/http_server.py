@@ -3,9 +3,12 @@
 One thread per connection, and:
 
 - at most :data:`MAX_CONNECTIONS` connections are served at once. When all
-  are taken, a new connection takes the place of the one that has waited
-  longest for its request (an idle keep-alive or a slow client); when every
-  one is busy answering, the new one gets 503 at once;
+  are taken, the next connection waits in the listen backlog (not accepted)
+  for a slot, at most :data:`ADMIT_WAIT_S`; it may take the place of an idle
+  keep-alive connection at once, or of one that has waited that long for its
+  request head (a slow client), never of one whose request has arrived. Past
+  that limit, with every slot busy answering, it gets a 503 with
+  ``Retry-After``: every accepted request is answered;
 - a request's head (and, with TLS, the handshake) must arrive within
   :data:`HEAD_TIMEOUT_S` in total, however slowly it trickles in, and a
   response must be written within :data:`RESPONSE_TIMEOUT_S`;
@@ -25,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import select
 import socket
 import ssl
 import sys
@@ -45,6 +49,13 @@ HEAD_TIMEOUT_S = 10.0
 end of the next request's head, TLS handshake included."""
 RESPONSE_TIMEOUT_S = 30.0
 """From the end of a request's head to the last byte of its response."""
+ADMIT_WAIT_S = 0.5
+"""How long a new connection waits for a slot when all are busy; also how long a connection
+must have waited for its request head before it may be closed to make room."""
+ARM_SLACK_S = 1.0
+"""How far a read or write may run past the connection's deadline: the socket's timeout is
+set again only when it would overrun by more (so a quick request sets it once, or not
+at all on a kept-alive connection)."""
 MAX_REQUEST_LINE = 8192
 WRITE_BUFFER = 1 << 16
 """Responses up to this size (headers and body) leave in one write."""
@@ -83,7 +94,8 @@ class _Connection:
     one. ``None`` while a request is being answered.
     """
 
-    __slots__ = ("deadline", "eof", "kicked", "received", "sock", "waiting_since")
+    __slots__ = ("armed", "deadline", "eof", "kicked", "received", "served", "sock",
+                 "waiting_since")
 
     def __init__(self, sock: socket.socket, now: float, head_timeout: float) -> None:
         self.sock = sock
@@ -92,6 +104,21 @@ class _Connection:
         self.kicked = False
         self.received = 0
         self.eof = False
+        self.served = 0
+        """Requests answered on it: a waiting connection that has answered one is an idle
+        keep-alive."""
+        self.armed: float | None = None
+        """The socket's timeout as last set (None: not set by us)."""
+
+    def pending(self) -> bool:
+        """Whether bytes (or the client's end of file) wait unread in the socket: a request
+        that arrived but that its thread has not read yet."""
+        try:
+            poller = select.poll()  # a zero wait: the socket's own timeout would block
+            poller.register(self.sock.fileno(), select.POLLIN)
+            return bool(poller.poll(0))
+        except (OSError, ValueError):  # closed meanwhile
+            return False
 
     def kick(self) -> None:
         """Wake the connection's thread with an end of file; it then closes the connection."""
@@ -116,11 +143,14 @@ class _DeadlineIO(io.RawIOBase):
         return True
 
     def _arm(self) -> socket.socket:
-        left = self._conn.deadline - time.monotonic()
+        conn = self._conn
+        left = conn.deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError("the connection's deadline passed")
-        sock = self._conn.sock
-        sock.settimeout(left)
+        sock = conn.sock
+        if conn.armed is None or left < conn.armed - ARM_SLACK_S:
+            sock.settimeout(left)  # each call then ends by the deadline (plus the slack)
+            conn.armed = left
         return sock
 
     def readinto(self, buffer: Any) -> int:
@@ -255,6 +285,9 @@ class BoundedServer(HTTPServer):
         self.response_timeout = response_timeout
         self._conns: set[_Connection] = set()
         self._conns_lock = threading.Lock()
+        self._room = threading.Condition(self._conns_lock)
+        """Notified when a slot frees or a connection starts waiting for its next request."""
+        self.admit_wait = ADMIT_WAIT_S
         self.request_queue_size = listen_backlog()
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
@@ -268,16 +301,40 @@ class BoundedServer(HTTPServer):
         with self._conns_lock:
             return len(self._conns)
 
+    def get_request(self) -> tuple[Any, Any]:
+        """Accept, once a slot is free or can be made (or :data:`ADMIT_WAIT_S` passed): until
+        then the connection waits in the listen backlog."""
+        deadline = time.monotonic() + self.admit_wait
+        with self._room:
+            while (len(self._conns) >= self.max_connections
+                   and self._replaceable(time.monotonic()) is None):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._room.wait(min(left, 0.05))  # waits grow old: look again soon
+        return super().get_request()
+
+    def _replaceable(self, now: float) -> _Connection | None:
+        """A connection that may be closed to make room: waiting for a request head with
+        nothing of it unread, and either idle after a request or waiting for
+        :data:`ADMIT_WAIT_S` at least; the longest waiting first. Under the lock."""
+        waiting = sorted((c for c in self._conns if c.waiting_since is not None),
+                         key=lambda c: c.waiting_since or 0.0)
+        for conn in waiting:
+            since = conn.waiting_since or now
+            if (conn.served or now - since >= self.admit_wait) and not conn.pending():
+                return conn
+        return None
+
     def process_request(self, request: Any, client_address: Any) -> None:
         """On the accepting thread: take a slot (or make room), then serve on a new thread."""
-        conn = _Connection(request, time.monotonic(), self.head_timeout)
-        with self._conns_lock:
+        conn: _Connection | None = _Connection(request, time.monotonic(), self.head_timeout)
+        with self._room:
             if len(self._conns) >= self.max_connections:
-                waiting = [c for c in self._conns if c.waiting_since is not None]
-                if not waiting:
+                oldest = self._replaceable(time.monotonic())
+                if oldest is None:
                     conn = None
                 else:
-                    oldest = min(waiting, key=lambda c: c.waiting_since or 0.0)
                     self._conns.discard(oldest)
                     oldest.kick()
             if conn is not None:
@@ -294,9 +351,11 @@ class BoundedServer(HTTPServer):
             raise
 
     def _refuse(self, request: socket.socket, client_address: Any) -> None:
+        """A 503 the client can read: its request is drained first, so that closing the socket
+        sends a FIN, not a reset that would discard the answer."""
         self.limited.log("busy", logging.WARNING,
-                         "refused a connection from %s: all %d connections are busy answering",
-                         client_address[0], self.max_connections)
+                         "answered 503 to %s: all %d connections were busy answering for "
+                         "%g s", client_address[0], self.max_connections, self.admit_wait)
         if self.tls is not None:
             return  # no handshake on the accepting thread: the client sees the close
         body = b"busy: too many connections; retry\n"
@@ -305,7 +364,12 @@ class BoundedServer(HTTPServer):
         head += [f"{name}: {value}".encode() for name, value in self.extra_headers]
         with contextlib.suppress(OSError):
             request.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                for _ in range(16):  # what arrived of the request, bounded
+                    if not request.recv(1 << 16):
+                        break
             request.send(b"\r\n".join(head) + b"\r\n\r\n" + body)
+            request.shutdown(socket.SHUT_WR)
 
     def _serve(self, conn: _Connection, client_address: Any) -> None:
         try:
@@ -323,7 +387,8 @@ class BoundedServer(HTTPServer):
         assert self.tls is not None
         with self._conns_lock:  # the socket changes hands: a kick must see the new one
             raw = conn.sock
-            raw.settimeout(max(0.001, conn.deadline - time.monotonic()))
+            conn.armed = max(0.001, conn.deadline - time.monotonic())
+            raw.settimeout(conn.armed)  # the wrapped socket keeps it
             conn.sock = self.tls.wrap_socket(raw, server_side=True,
                                              do_handshake_on_connect=False)
             if conn.kicked:
@@ -340,9 +405,11 @@ class BoundedServer(HTTPServer):
     def wait_for_request(self, conn: _Connection) -> None:
         """The connection waits for its next request head, which must come within head time."""
         now = time.monotonic()
-        with self._conns_lock:
+        with self._room:
             conn.waiting_since = now
             conn.deadline = now + self.head_timeout
+            conn.served += 1
+            self._room.notify()
 
     def start_answering(self, conn: _Connection) -> bool:
         """A whole head arrived: the connection may no longer be closed to make room.
@@ -355,8 +422,9 @@ class BoundedServer(HTTPServer):
             return True
 
     def _forget(self, conn: _Connection) -> None:
-        with self._conns_lock:
+        with self._room:
             self._conns.discard(conn)
+            self._room.notify()
 
     def _failed(self, conn: _Connection, client_address: Any, exc: Exception) -> None:
         if conn.kicked:
