@@ -392,10 +392,13 @@ class BasicAuth:
       cannot start within ``wait`` seconds raises :class:`AuthBusy` instead
       of queueing, so a flood of wrong passwords uses at most that many
       cores and cannot starve scrapes with remembered credentials;
-    - an unknown user costs the same bcrypt check as a known one (against a
-      configured user's hash, the costliest), so timing does not reveal
-      which user names exist; a password over 72 bytes is wrong for every
-      user and refused before any check.
+    - a miss costs what a check against the costliest configured hash costs,
+      whoever the user: an unknown user is checked against that hash, and a
+      wrong password for a user with a cheaper hash waits out the rest of that
+      time (measured on the costliest hash's own checks), so timing reveals
+      neither which user names exist nor which users have cheap hashes; a
+      password over 72 bytes is wrong for every user and refused before any
+      check.
     """
 
     def __init__(
@@ -407,9 +410,14 @@ class BasicAuth:
         cache_ttl: float = 300.0,
         cache_size: int = 256,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._users = dict(users)
         self._dummy = max(self._users.values(), key=_cost, default=None)
+        self._max_cost = _cost(self._dummy) if self._dummy is not None else 0
+        self._costliest_s: float | None = None
+        """How long the last check against a hash of the costliest cost took."""
+        self._sleep = sleep
         self._key = secrets.token_bytes(32)
         self._good: OrderedDict[bytes, float] = OrderedDict()  # digest -> expiry
         self._lock = threading.Lock()
@@ -449,17 +457,10 @@ class BasicAuth:
         target = hashed if hashed is not None else self._dummy
         if target is None:
             return False
-        if not self._slots.acquire(timeout=self._wait):
-            raise AuthBusy
-        try:
-            import bcrypt
-
-            matched = bcrypt.checkpw(secret, target)
-        except ValueError:  # hashes are checked at start-up; never a 500 for a password
-            matched = False
-        finally:
-            self._slots.release()
+        started = self._clock()
+        matched = self._checkpw(secret, target)
         if not matched or hashed is None:
+            self._pad_miss(secret, target, started)
             return False
         with self._lock:
             self._good[digest] = self._clock() + self._ttl
@@ -467,6 +468,36 @@ class BasicAuth:
             while len(self._good) > self._size:
                 self._good.popitem(last=False)
         return True
+
+
+    def _checkpw(self, secret: bytes, target: bytes) -> bool:
+        """One bcrypt check in a slot (:class:`AuthBusy` when none frees in time); a check
+        against the costliest cost is timed for :meth:`_pad_miss`."""
+        if not self._slots.acquire(timeout=self._wait):
+            raise AuthBusy
+        started = self._clock()
+        try:
+            import bcrypt
+
+            return bool(bcrypt.checkpw(secret, target))
+        except ValueError:  # hashes are checked at start-up; never a 500 for a password
+            return False
+        finally:
+            if _cost(target) >= self._max_cost:
+                self._costliest_s = self._clock() - started
+            self._slots.release()
+
+    def _pad_miss(self, secret: bytes, target: bytes, started: float) -> None:
+        """Make a miss against a cheaper hash last as long as one against the costliest."""
+        if _cost(target) >= self._max_cost:
+            return
+        if self._costliest_s is None:  # not measured yet: pay it for real once
+            assert self._dummy is not None
+            self._checkpw(secret, self._dummy)
+            return
+        left = self._costliest_s - (self._clock() - started)
+        if left > 0:
+            self._sleep(left)  # out of the bcrypt slots: waiting costs no core
 
 
 def _cost(hashed: bytes) -> int:
