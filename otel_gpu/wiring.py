@@ -244,6 +244,7 @@ class Service:
             self.cache = RenderCache(
                 lambda: self._body(profiles),
                 lambda: store.version, max_age=render_max_age(config.interval), clock=clock,
+                published=lambda: store.latest is not None,
             )
         web = load_web_config(config.web_config_file) if config.web_config_file else None
         self.server = MetricsServer(config.listen, self.cache, self.pipeline.readiness, web)

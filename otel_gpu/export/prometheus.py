@@ -88,8 +88,12 @@ class RenderCache:
         *,
         max_age: float,
         clock: Callable[[], float] = time.monotonic,
+        published: Callable[[], bool] | None = None,
     ) -> None:
         self._render = render
+        self.published = published
+        """Whether the first sample is out (None: always); until then a scrape is answered
+        503, not an empty body that a scraper would take for a target without series."""
         self._key = snapshot_key
         self._max_age = max_age
         self._clock = clock
@@ -173,6 +177,10 @@ class _Handler(BoundedHandler):
         if server.cache is None:
             self._text(404, "no metrics on this listener: it is the health listener, or the "
                             "prometheus exporter is off (see the exporters setting)\n")
+            return
+        if server.cache.published is not None and not server.cache.published():
+            self._text(503, "no sample yet: the first one is being taken; retry\n",
+                       (("Retry-After", "1"),))
             return
         try:
             rendered = server.cache.get()
