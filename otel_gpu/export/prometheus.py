@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from otel_gpu._log import LogLimiter
+from otel_gpu.export.basic_auth import AuthBusy, BasicAuth
 from otel_gpu.export.collected import CollectingReader
 from otel_gpu.export.http_server import (
     HEAD_TIMEOUT_S,
@@ -39,7 +40,7 @@ from otel_gpu.export.http_server import (
     where,
 )
 from otel_gpu.export.prometheus_text import TextWriter
-from otel_gpu.export.webconfig import AuthBusy, BasicAuth, WebConfig
+from otel_gpu.export.webconfig import WebConfig
 
 __all__ = ["CONTENT_TYPE", "HEAD_TIMEOUT_S", "MAX_CONNECTIONS", "RESPONSE_TIMEOUT_S",
            "MetricsServer", "RenderCache", "listen_backlog", "new_reader"]
