@@ -110,9 +110,8 @@ def _check_files(config: Config) -> None:
     ``check`` calls it so that it refuses what ``serve`` would, and ``serve``
     before anything else, so that a bad file is the only line it prints.
     """
-    from otel_gpu.export import otlp
+    from otel_gpu.export import exporters
     from otel_gpu.export.naming.dcgm import parse_collectors
-    from otel_gpu.wiring import choose_exporters
 
     try:
         if config.collectors:
@@ -121,12 +120,7 @@ def _check_files(config: Config) -> None:
             from otel_gpu.export.webconfig import load_web_config
 
             load_web_config(config.web_config_file)
-        if "otlp" in choose_exporters(config, os.environ):
-            from otel_gpu.export import otlp_logs
-
-            settings = otlp.OtlpSettings.from_config(config)
-            otlp.validate(settings, os.environ)
-            otlp_logs.validate(settings, os.environ)  # GPU events go where the metrics go
+        exporters.validate(config, os.environ)  # the SDK's variables, each exporter's checks
     except SetupError as exc:
         _die(str(exc))
 

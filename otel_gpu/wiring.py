@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -22,7 +23,7 @@ from opentelemetry.sdk.metrics.export import MetricReader
 from otel_gpu.attribute.enrich import Enricher, Enrichers
 from otel_gpu.config import Config
 from otel_gpu.errors import SetupError
-from otel_gpu.export import naming, otlp
+from otel_gpu.export import exporters, naming, sdk_env
 from otel_gpu.export.collected import CollectingReader
 from otel_gpu.export.events import EventDetector
 from otel_gpu.export.prometheus import MetricsServer, RenderCache, new_reader
@@ -170,11 +171,7 @@ def _address(host: str, port: int) -> str:
 
 def choose_exporters(config: Config, environ: Mapping[str, str]) -> tuple[str, ...]:
     """The configured exporters; by default Prometheus, plus OTLP once an endpoint is set."""
-    if config.exporters:
-        return config.exporters
-    if otlp.endpoint_configured(otlp.OtlpSettings.from_config(config), environ):
-        return ("prometheus", "otlp")
-    return ("prometheus",)
+    return tuple(e.name for e in exporters.select(config, environ))
 
 
 class Service:
@@ -191,7 +188,9 @@ class Service:
         environ = os.environ if environ is None else environ
         self.config = config
         self.nvml = nvml
-        self.exporters = choose_exporters(config, environ)
+        self.outputs = exporters.select(config, environ)
+        self.exporters = tuple(e.name for e in self.outputs)
+        sdk_env.settle(environ, otlp="otlp" in self.exporters)
         if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
             log.warning("OTEL_SDK_DISABLED=true: the OpenTelemetry SDK records nothing, so "
                         "/metrics carries only the dcgm/kubelet profiles and OTLP sends nothing")
@@ -212,13 +211,11 @@ class Service:
         store = self.pipeline.store
         resource = build_resource(config.node_name)
         prometheus_otel = "prometheus" in self.exporters and "otel" in config.naming
-        settings = otlp.OtlpSettings.from_config(config) if "otlp" in self.exporters else None
         # GPU events go as OTLP log records where OTLP metrics go; a bad setting fails here.
         self.events: EventLog | None = None
-        if settings is not None:
-            from otel_gpu.export import otlp_logs
-
-            self.events = otlp_logs.build_event_log(settings, resource, environ)
+        for output in self.outputs:
+            if isinstance(output, exporters.OtlpExporter):
+                self.events = output.event_log(resource)
         self.detector = EventDetector() if self.events is not None else None
         event_metrics = self.detector.metrics() if self.detector is not None else ()
 
@@ -229,12 +226,11 @@ class Service:
             if prometheus_otel:
                 source, render = new_reader()
                 out.append(source)
-            if settings is not None:
-                if source is None:
-                    source = CollectingReader()
-                    out.append(source)
-                out.append(otlp.build_reader(settings, resource, environ, source))
-            return out, render
+            shared = source if source is not None else CollectingReader()
+            pushed = [r for e in self.outputs for r in e.readers(resource, shared)]
+            if pushed and source is None:
+                out.append(shared)
+            return out + pushed, render
 
         # A bad OTLP setting fails here, at start-up.
         self.telemetry = Telemetry(resource, lambda: store.latest, readers, clock=clock,
@@ -255,6 +251,7 @@ class Service:
             self.cache = RenderCache(
                 lambda: self._body(profiles),
                 lambda: store.version, max_age=render_max_age(config.interval), clock=clock,
+                published=lambda: store.latest is not None,
             )
         web = load_web_config(config.web_config_file) if config.web_config_file else None
         self.server = MetricsServer(config.listen, self.cache, self.pipeline.readiness, web)
@@ -326,10 +323,13 @@ class Service:
         idle = self.pipeline.stop(timeout=0.5) and not self.sampler.busy()
         # The queued events go out beside the final metrics export, within the same time.
         started = time.monotonic()
-        events = self.events.start_shutdown() if self.events is not None else None
+        stopping = [threading.Thread(target=e.stop, args=(final_export_s,), daemon=True,
+                                     name=f"otel-gpu-stop-{e.name}") for e in self.outputs]
+        for thread in stopping:
+            thread.start()
         self.telemetry.shutdown(final_export_s)
-        if events is not None:
-            events.join(max(0.0, final_export_s - (time.monotonic() - started)))
+        for thread in stopping:
+            thread.join(max(0.0, final_export_s - (time.monotonic() - started)))
         self.sampler.close()  # frees what it holds in NVML (GPM buffers) while NVML is up
         if idle:  # never pull the library out from under a call still running
             self.nvml.shutdown()

@@ -22,7 +22,7 @@ from opentelemetry.sdk.metrics import (
 )
 from opentelemetry.sdk.metrics.export import AggregationTemporality, MetricReader, MetricsData
 
-CUMULATIVE = dict.fromkeys(
+CUMULATIVE: dict[type, AggregationTemporality] = dict.fromkeys(
     (Counter, UpDownCounter, Histogram, ObservableCounter, ObservableUpDownCounter,
      ObservableGauge),
     AggregationTemporality.CUMULATIVE,

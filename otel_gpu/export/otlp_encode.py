@@ -169,9 +169,9 @@ class Encoder:
                 scope = sm.scope
                 head = pb.ScopeMetrics(
                     scope=InstrumentationScope() if scope is None else InstrumentationScope(
-                        name=scope.name, version=scope.version,
+                        name=scope.name, version=scope.version or "",
                         attributes=self._key_values(scope.attributes or {})),
-                    schema_url=scope.schema_url).SerializeToString()
+                    schema_url=scope.schema_url or "").SerializeToString()
                 scopes[scope] = head + b"".join(
                     _field(_METRICS, self._metric(m)) for m in sm.metrics)
         out = []
@@ -223,12 +223,12 @@ def use_cached_encoding(exporter: MetricExporter, encoder: Encoder | None = None
     """
     encoder = encoder or Encoder()
     if hasattr(exporter, "_translate_data") and hasattr(exporter, "_export"):  # gRPC
-        exporter._translate_data = encoder.encode  # type: ignore[method-assign]
+        exporter._translate_data = encoder.encode
         return True
     if hasattr(exporter, "_export_batch") and hasattr(exporter, "_max_export_batch_size"):
         original = exporter.export
 
-        def export(metrics_data: MetricsData, timeout_millis: float | None = 10_000,
+        def export(metrics_data: MetricsData, timeout_millis: float = 10_000,
                    **kwargs: Any) -> Any:
             if getattr(exporter, "_shutdown", False) or exporter._max_export_batch_size:
                 return original(metrics_data, timeout_millis, **kwargs)

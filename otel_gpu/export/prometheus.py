@@ -13,45 +13,37 @@ it was rendered, so between two samples it stays what it was just after the
 last one (about 0), and while the sampler is stuck it grows in steps of
 ``max_age`` at most.
 
-The server is http.server with one thread per connection, bounded against
-clients that misbehave:
-
-- at most :data:`MAX_CONNECTIONS` connections are served at once. When all
-  are taken, a new connection takes the place of the one that has waited
-  longest for its request (an idle keep-alive or a slow client); when every
-  one is busy answering, the new one gets 503 at once;
-- a request's head (and, with TLS, the handshake) must arrive within
-  :data:`HEAD_TIMEOUT_S` in total, however slowly it trickles in, and a
-  response must be written within :data:`RESPONSE_TIMEOUT_S`;
-- every error a client causes (a reset, a TLS alert, a timeout) is one log
-  line through the ``otel_gpu`` logger, at most once a minute per kind,
-  never a traceback;
-- responses leave in one write with TCP_NODELAY, so small answers on a
-  kept-alive connection do not wait for a delayed ACK;
-- the listen backlog is the system's maximum (``net.core.somaxconn``).
+The server is :mod:`otel_gpu.export.http_server`'s, with its bounds against
+clients that misbehave.
 """
 
 from __future__ import annotations
 
-import contextlib
 import gzip
-import io
 import logging
-import socket
-import ssl
-import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import Any
 
 from otel_gpu._log import LogLimiter
+from otel_gpu.export.basic_auth import AuthBusy, BasicAuth
 from otel_gpu.export.collected import CollectingReader
+from otel_gpu.export.http_server import (
+    HEAD_TIMEOUT_S,
+    MAX_CONNECTIONS,
+    RESPONSE_TIMEOUT_S,
+    BoundedHandler,
+    BoundedServer,
+    describe,
+    listen_backlog,
+    where,
+)
 from otel_gpu.export.prometheus_text import TextWriter
-from otel_gpu.export.webconfig import AuthBusy, BasicAuth, WebConfig
+from otel_gpu.export.webconfig import WebConfig
+
+__all__ = ["CONTENT_TYPE", "HEAD_TIMEOUT_S", "MAX_CONNECTIONS", "RESPONSE_TIMEOUT_S",
+           "MetricsServer", "RenderCache", "listen_backlog", "new_reader"]
 
 log = logging.getLogger(__name__)
 
@@ -59,42 +51,6 @@ Readiness = Callable[[], "tuple[bool, str]"]
 
 # The classic text format, which every Prometheus version and promtool read.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-MAX_CONNECTIONS = 64
-"""Connections served at once (one thread each)."""
-HEAD_TIMEOUT_S = 10.0
-"""From accepting a connection (or finishing the previous response on it) to the
-end of the next request's head, TLS handshake included."""
-RESPONSE_TIMEOUT_S = 30.0
-"""From the end of a request's head to the last byte of its response."""
-MAX_REQUEST_LINE = 8192
-WRITE_BUFFER = 1 << 16
-"""Responses up to this size (headers and body) leave in one write."""
-SOMAXCONN_PATH = "/proc/sys/net/core/somaxconn"
-
-
-def listen_backlog(path: str = SOMAXCONN_PATH) -> int:
-    """The system's largest listen backlog: ``net.core.somaxconn``, else ``socket.SOMAXCONN``."""
-    try:
-        with open(path, encoding="ascii") as f:
-            value = int(f.read().strip())
-    except (OSError, ValueError):
-        return socket.SOMAXCONN
-    return value if value > 0 else socket.SOMAXCONN
-
-
-def describe(exc: BaseException) -> str:
-    """``Type: message`` on one line."""
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _where(exc: BaseException) -> str:
-    frames = traceback.extract_tb(exc.__traceback__)
-    if not frames:
-        return "unknown"
-    frame = frames[-1]
-    return f"{frame.filename}:{frame.lineno}"
 
 
 def new_reader() -> tuple[CollectingReader, Callable[[], bytes]]:
@@ -133,8 +89,12 @@ class RenderCache:
         *,
         max_age: float,
         clock: Callable[[], float] = time.monotonic,
+        published: Callable[[], bool] | None = None,
     ) -> None:
         self._render = render
+        self.published = published
+        """Whether the first sample is out (None: always); until then a scrape is answered
+        503, not an empty body that a scraper would take for a target without series."""
         self._key = snapshot_key
         self._max_age = max_age
         self._clock = clock
@@ -170,7 +130,7 @@ class RenderCache:
                     self._render_now(key, self._clock())
         except Exception as exc:  # noqa: BLE001 - the publisher must outlive a render bug
             self._limited.log("refresh", logging.ERROR, "rendering /metrics failed: %s at %s",
-                              describe(exc), _where(exc))
+                              describe(exc), where(exc))
 
     def _render_now(self, key: object, now: float) -> _Rendered:
         body = self._render()
@@ -179,130 +139,10 @@ class RenderCache:
         return cached
 
 
-class _Connection:
-    """One accepted connection: its socket and the deadline of what it is doing now.
+class _Handler(BoundedHandler):
+    """``/metrics``, ``/healthz``, ``/readyz`` and ``/``."""
 
-    ``waiting_since`` is set while the connection waits for a request head (or
-    its TLS handshake): such a connection may be closed to make room for a new
-    one. ``None`` while a request is being answered.
-    """
-
-    __slots__ = ("deadline", "eof", "kicked", "received", "sock", "waiting_since")
-
-    def __init__(self, sock: socket.socket, now: float, head_timeout: float) -> None:
-        self.sock = sock
-        self.waiting_since: float | None = now
-        self.deadline = now + head_timeout
-        self.kicked = False
-        self.received = 0
-        self.eof = False
-
-    def kick(self) -> None:
-        """Wake the connection's thread with an end of file; it then closes the connection."""
-        self.kicked = True
-        with contextlib.suppress(OSError):
-            # the plain socket's shutdown, also under TLS: no TLS state is touched here
-            socket.socket.shutdown(self.sock, socket.SHUT_RDWR)
-
-
-class _DeadlineIO(io.RawIOBase):
-    """The connection's socket, where every read and write ends by the connection's deadline
-    (a socket timeout alone applies to each call, which a trickling client renews forever)."""
-
-    def __init__(self, conn: _Connection) -> None:
-        super().__init__()
-        self._conn = conn
-
-    def readable(self) -> bool:
-        return True
-
-    def writable(self) -> bool:
-        return True
-
-    def _arm(self) -> socket.socket:
-        left = self._conn.deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("the connection's deadline passed")
-        sock = self._conn.sock
-        sock.settimeout(left)
-        return sock
-
-    def readinto(self, buffer: Any) -> int:
-        n = self._arm().recv_into(buffer)
-        self._conn.received += n
-        if n == 0 and len(buffer):
-            self._conn.eof = True
-        return n
-
-    def write(self, data: Any) -> int:
-        return self._arm().send(data)
-
-
-class _Handler(BaseHTTPRequestHandler):
     server: MetricsServer
-    protocol_version = "HTTP/1.1"
-
-    def __init__(self, conn: _Connection, client_address: Any, server: MetricsServer) -> None:
-        self._conn = conn
-        super().__init__(conn.sock, client_address, server)
-
-    def version_string(self) -> str:
-        return "otel-gpu"  # not the Python version
-
-    def setup(self) -> None:
-        self.connection = self.request
-        with contextlib.suppress(OSError):
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.rfile = io.BufferedReader(_DeadlineIO(self._conn))
-        self.wfile = io.BufferedWriter(_DeadlineIO(self._conn), WRITE_BUFFER)
-
-    def finish(self) -> None:
-        with contextlib.suppress(OSError):
-            self.wfile.flush()
-        for stream in (self.wfile, self.rfile):
-            with contextlib.suppress(OSError):
-                stream.close()
-
-    def handle_one_request(self) -> None:
-        conn, server = self._conn, self.server
-        if conn.waiting_since is None:  # the next request on a kept-alive connection
-            server.wait_for_request(conn)
-        received = conn.received
-        self.close_connection = True
-        try:
-            line = self.rfile.readline(MAX_REQUEST_LINE + 1)
-            if not line:
-                return  # the client closed the connection (or it was closed to make room)
-            self.raw_requestline = line
-            if len(line) > MAX_REQUEST_LINE:
-                self.requestline = self.request_version = self.command = ""
-                self.send_error(414)
-                return
-            if conn.eof:
-                return  # the request line was cut short by the client's end of file
-            if not self.parse_request():
-                return  # parse_request answered 400 (or 505, 431) already
-            if conn.eof:
-                return  # so were the headers (a reset under TLS looks like that): no answer
-        except TimeoutError:
-            if conn.received > received:
-                server.limited.log(
-                    "slow-request", logging.WARNING,
-                    "closed a connection from %s: its request took longer than %g s to arrive",
-                    self.client_address[0], server.head_timeout)
-            else:
-                log.debug("closed an idle connection from %s", self.client_address[0])
-            self.close_connection = True
-            return
-        if not server.start_answering(conn):
-            self.close_connection = True
-            return
-        handler = getattr(self, f"do_{self.command}", None)
-        if handler is None:
-            self.send_error(501, f"method {self.command} is not supported")
-        else:
-            handler()
-        self.wfile.flush()
 
     def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
         path = self.path.split("?", 1)[0]
@@ -339,49 +179,28 @@ class _Handler(BaseHTTPRequestHandler):
             self._text(404, "no metrics on this listener: it is the health listener, or the "
                             "prometheus exporter is off (see the exporters setting)\n")
             return
+        if server.cache.published is not None and not server.cache.published():
+            self._text(503, "no sample yet: the first one is being taken; retry\n",
+                       (("Retry-After", "1"),))
+            return
         try:
             rendered = server.cache.get()
         except Exception as exc:  # noqa: BLE001 - a bug in rendering must not kill the server
             server.limited.log("render", logging.ERROR, "rendering /metrics failed: %s at %s",
-                               describe(exc), _where(exc))
+                               describe(exc), where(exc))
             self._text(500, "rendering metrics failed; see the collector's log\n")
             return
         accepts_gzip = "gzip" in (self.headers.get("Accept-Encoding") or "")
         extra = (("Content-Encoding", "gzip"),) if accepts_gzip else ()
         self._send(200, rendered.gzipped if accepts_gzip else rendered.body, CONTENT_TYPE, extra)
 
-    def _text(self, status: int, text: str, extra: tuple[tuple[str, str], ...] = ()) -> None:
-        self._send(status, text.encode(), "text/plain; charset=utf-8", extra)
 
-    def _send(self, status: int, body: bytes, content_type: str,
-              extra: tuple[tuple[str, str], ...] = ()) -> None:
-        """Headers and body go to the buffered writer and leave together at the flush."""
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        for name, value in extra:
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+class MetricsServer(BoundedServer):
+    """The endpoint: a read of memory per request, behind the web config's TLS and auth.
 
-    def end_headers(self) -> None:
-        for name, value in self.server.extra_headers:
-            self.send_header(name, value)
-        super().end_headers()
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        log.debug("%s %s", self.address_string(), format % args)
-
-
-class MetricsServer(HTTPServer):
-    """A small threaded HTTP server; each request is a read of memory only.
-
-    The bounds (connections, head and response time) are explained in the
-    module's docstring; ``max_connections``, ``head_timeout`` and
-    ``response_timeout`` default to the module's constants.
+    ``cache`` is None on the health listener (and with the Prometheus exporter
+    off): ``/metrics`` then answers 404.
     """
-
-    allow_reuse_address = True
 
     def __init__(
         self,
@@ -396,154 +215,8 @@ class MetricsServer(HTTPServer):
     ) -> None:
         self.cache = cache
         self.readiness = readiness
-        self.tls = web.tls if web is not None else None
         self.auth = BasicAuth(web.users if web is not None else {})
-        self.extra_headers = web.headers if web is not None else ()
-        self.limited = LogLimiter(log, 60.0)
-        self.max_connections = max_connections
-        self.head_timeout = head_timeout
-        self.response_timeout = response_timeout
-        self._conns: set[_Connection] = set()
-        self._conns_lock = threading.Lock()
-        self.request_queue_size = listen_backlog()
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
-        super().__init__(address, _Handler)
-        self._thread: threading.Thread | None = None
-
-    @property
-    def connections(self) -> int:
-        """Connections being served now."""
-        with self._conns_lock:
-            return len(self._conns)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        """On the accepting thread: take a slot (or make room), then serve on a new thread."""
-        conn = _Connection(request, time.monotonic(), self.head_timeout)
-        with self._conns_lock:
-            if len(self._conns) >= self.max_connections:
-                waiting = [c for c in self._conns if c.waiting_since is not None]
-                if not waiting:
-                    conn = None
-                else:
-                    oldest = min(waiting, key=lambda c: c.waiting_since or 0.0)
-                    self._conns.discard(oldest)
-                    oldest.kick()
-            if conn is not None:
-                self._conns.add(conn)
-        if conn is None:
-            self._refuse(request, client_address)
-            self.shutdown_request(request)
-            return
-        try:
-            threading.Thread(target=self._serve, args=(conn, client_address),
-                             name="otel-gpu-http-conn", daemon=True).start()
-        except BaseException:
-            self._forget(conn)
-            raise
-
-    def _refuse(self, request: socket.socket, client_address: Any) -> None:
-        self.limited.log("busy", logging.WARNING,
-                         "refused a connection from %s: all %d connections are busy answering",
-                         client_address[0], self.max_connections)
-        if self.tls is not None:
-            return  # no handshake on the accepting thread: the client sees the close
-        body = b"busy: too many connections; retry\n"
-        head = [b"HTTP/1.1 503 Service Unavailable", b"Content-Type: text/plain; charset=utf-8",
-                b"Content-Length: %d" % len(body), b"Retry-After: 1", b"Connection: close"]
-        head += [f"{name}: {value}".encode() for name, value in self.extra_headers]
-        with contextlib.suppress(OSError):
-            request.setblocking(False)
-            request.send(b"\r\n".join(head) + b"\r\n\r\n" + body)
-
-    def _serve(self, conn: _Connection, client_address: Any) -> None:
-        try:
-            if self.tls is not None and not self._handshake(conn, client_address):
-                return
-            _Handler(conn, client_address, self)
-        except Exception as exc:  # noqa: BLE001 - one line per failure, never a traceback
-            self._failed(conn, client_address, exc)
-        finally:
-            self._forget(conn)
-            self.shutdown_request(conn.sock)
-
-    def _handshake(self, conn: _Connection, client_address: Any) -> bool:
-        """With TLS, the handshake runs on the connection's own thread, within its head time."""
-        with self._conns_lock:  # the socket changes hands: a kick must see the new one
-            raw = conn.sock
-            raw.settimeout(max(0.001, conn.deadline - time.monotonic()))
-            conn.sock = self.tls.wrap_socket(raw, server_side=True,
-                                             do_handshake_on_connect=False)
-            if conn.kicked:
-                return False
-        try:
-            conn.sock.do_handshake()
-        except (ssl.SSLError, OSError) as exc:
-            if not conn.kicked:
-                self.limited.log("tls", logging.WARNING, "TLS handshake with %s failed: %s",
-                                 client_address[0], describe(exc))
-            return False
-        return True
-
-    def wait_for_request(self, conn: _Connection) -> None:
-        """The connection waits for its next request head, which must come within head time."""
-        now = time.monotonic()
-        with self._conns_lock:
-            conn.waiting_since = now
-            conn.deadline = now + self.head_timeout
-
-    def start_answering(self, conn: _Connection) -> bool:
-        """A whole head arrived: the connection may no longer be closed to make room.
-        False when it was closed for that already."""
-        with self._conns_lock:
-            if conn.kicked:
-                return False
-            conn.waiting_since = None
-            conn.deadline = time.monotonic() + self.response_timeout
-            return True
-
-    def _forget(self, conn: _Connection) -> None:
-        with self._conns_lock:
-            self._conns.discard(conn)
-
-    def _failed(self, conn: _Connection, client_address: Any, exc: Exception) -> None:
-        if conn.kicked:
-            log.debug("closed connection from %s ended with %s", client_address[0],
-                      describe(exc))
-        elif isinstance(exc, OSError):  # resets, TLS alerts, timeouts: the client's doing
-            self.limited.log(("client", type(exc).__name__), logging.WARNING,
-                             "connection from %s failed: %s", client_address[0], describe(exc))
-        else:
-            where = _where(exc)
-            self.limited.log(("bug", type(exc).__name__, where), logging.ERROR,
-                             "error serving %s: %s at %s", client_address[0], describe(exc),
-                             where)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """Errors on the accepting thread: one line, rate-limited, like every other."""
-        exc = sys.exc_info()[1]
-        if exc is None:
-            return
-        self.limited.log(("accept", type(exc).__name__), logging.ERROR,
-                         "error accepting a connection from %s: %s", client_address[0],
-                         describe(exc))
-
-    @property
-    def port(self) -> int:
-        return self.server_address[1]
-
-    def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self.serve_forever, kwargs={"poll_interval": 0.2}, name="otel-gpu-http",
-            daemon=True,
-        )
-        self._thread.start()
-
-    def stop(self) -> None:
-        if self._thread is not None:
-            self.shutdown()
-            self._thread.join(2.0)
-        self.server_close()
-        with self._conns_lock:
-            for conn in self._conns:
-                conn.kick()
+        super().__init__(address, _Handler, tls=web.tls if web is not None else None,
+                         extra_headers=web.headers if web is not None else (),
+                         max_connections=max_connections, head_timeout=head_timeout,
+                         response_timeout=response_timeout)

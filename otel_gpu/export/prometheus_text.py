@@ -303,24 +303,24 @@ class TextWriter:
                 entry = entries[key] = _Entry(attributes, scope, names)
             found.append(entry)
             keysets.add(entry.names)
-        names = self._intern(tuple(sorted(frozenset().union(*keysets))))
+        labelnames = self._intern(tuple(sorted(frozenset().union(*keysets))))
         family_id = (raw, description, unit, kind)  # the exporter's family identity
         family = families.get(family_id)
         if family is None:
             header = (f"# HELP {sample_name} {_escape_help(description)}\n"
                       f"# TYPE {sample_name} {kind}\n")
-            family = families[family_id] = _Family(sample_name, header, names)
+            family = families[family_id] = _Family(sample_name, header, labelnames)
         prefix = family.name
         # a family another metric created keeps that metric's label names, paired in order
         # with this metric's values (the exporter's own behaviour)
-        string_key: object = (id(names) if family.labelnames is names
-                              else (id(family.labelnames), id(names)))
+        string_key: object = (id(labelnames) if family.labelnames is labelnames
+                              else (id(family.labelnames), id(labelnames)))
         lines = family.lines
         for point, entry in zip(points, found, strict=True):
             braces = entry.get(string_key)
             if braces is None:
                 labels = entry.labels()
-                braces = _braces(family.labelnames, [labels.get(k, "") for k in names])
+                braces = _braces(family.labelnames, [labels.get(k, "") for k in labelnames])
                 entry.put(string_key, braces)
             lines.append(f"{prefix}{braces} {format_value(point.value)}\n")
 

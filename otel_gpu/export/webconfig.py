@@ -30,18 +30,10 @@ for the kubelet's probes (they reveal no metric values). TLS covers all three.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import logging
-import os
 import re
-import secrets
 import ssl
 import stat
-import threading
-import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +41,9 @@ from typing import Any, NoReturn
 
 from otel_gpu._files import FileError, load_yaml, read_bytes
 from otel_gpu.errors import SetupError
+from otel_gpu.export.basic_auth import MAX_PASSWORD_BYTES as MAX_PASSWORD_BYTES
+from otel_gpu.export.basic_auth import AuthBusy as AuthBusy
+from otel_gpu.export.basic_auth import BasicAuth as BasicAuth
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +112,6 @@ MIN_BCRYPT_COST = 4
 MAX_BCRYPT_COST = 16
 """Cost 16 is 65,536 rounds: several seconds per check. Higher would hold the
 one bcrypt slot (see :class:`BasicAuth`) for minutes per request."""
-MAX_PASSWORD_BYTES = 72
-"""bcrypt reads at most 72 bytes; a longer password is refused as wrong."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +121,10 @@ class WebConfig:
     """User name -> bcrypt hash."""
     headers: tuple[tuple[str, str], ...] = ()
     """Extra response headers (``http_server_config.headers``)."""
+
+
+Fail = Callable[[str, str], NoReturn]
+"""Reports one bad key of the file (it raises)."""
 
 
 def load_web_config(path: str) -> WebConfig:
@@ -167,7 +164,7 @@ def _kind(value: Any) -> str:
     return type(value).__name__
 
 
-def _section(doc: dict, key: str, fail) -> dict | None:
+def _section(doc: dict[str, Any], key: str, fail: Fail) -> dict[str, Any] | None:
     raw = doc.get(key)
     if raw is None:
         return None
@@ -176,13 +173,14 @@ def _section(doc: dict, key: str, fail) -> dict | None:
     return raw
 
 
-def _known_keys(raw: dict, prefix: str, known: tuple[str, ...], fail) -> None:
+def _known_keys(raw: dict[str, Any], prefix: str, known: tuple[str, ...], fail: Fail) -> None:
     for key in raw:
         if not isinstance(key, str) or key not in known:
             fail(f"{prefix}{key}", f"unknown key (expected one of {', '.join(known)})")
 
 
-def _string(raw: dict, key: str, prefix: str, fail, what: str = "a string") -> str | None:
+def _string(raw: dict[str, Any], key: str, prefix: str, fail: Fail,
+            what: str = "a string") -> str | None:
     value = raw.get(key)
     if value is None:
         return None
@@ -191,7 +189,8 @@ def _string(raw: dict, key: str, prefix: str, fail, what: str = "a string") -> s
     return value
 
 
-def _choice(raw: dict, key: str, prefix: str, choices: Mapping[str, Any], fail) -> str | None:
+def _choice(raw: dict[str, Any], key: str, prefix: str, choices: Mapping[str, Any],
+            fail: Fail) -> str | None:
     value = raw.get(key)
     if value is None:
         return None
@@ -200,7 +199,7 @@ def _choice(raw: dict, key: str, prefix: str, choices: Mapping[str, Any], fail) 
     return value
 
 
-def _regular_file(path: Path, key: str, fail) -> None:
+def _regular_file(path: Path, key: str, fail: Fail) -> None:
     """Refuse what ssl would hang on or read without bound (a FIFO, /dev/zero)."""
     try:
         read_bytes(str(path), key)
@@ -208,7 +207,7 @@ def _regular_file(path: Path, key: str, fail) -> None:
         fail(key, str(exc).removeprefix(f"{key} "))
 
 
-def _tls(raw: dict | None, base: Path, fail) -> ssl.SSLContext | None:
+def _tls(raw: dict[str, Any] | None, base: Path, fail: Fail) -> ssl.SSLContext | None:
     if raw is None:
         return None
     p = "tls_server_config."
@@ -276,7 +275,7 @@ def _tls(raw: dict | None, base: Path, fail) -> ssl.SSLContext | None:
     return context
 
 
-def _ciphers(suites: Any, fail) -> str:
+def _ciphers(suites: Any, fail: Fail) -> str:
     key = "tls_server_config.cipher_suites"
     if not isinstance(suites, list) or not all(isinstance(s, str) for s in suites):
         fail(key, f"expected a list of cipher suite names, got {_kind(suites)}")
@@ -309,7 +308,7 @@ def _warn_if_world_writable(path: Path, key: str) -> None:
                     "the server's private key (chmod o-w %s)", key, path, path)
 
 
-def _http(raw: dict | None, fail) -> tuple[tuple[str, str], ...]:
+def _http(raw: dict[str, Any] | None, fail: Fail) -> tuple[tuple[str, str], ...]:
     if raw is None:
         return ()
     p = "http_server_config."
@@ -343,7 +342,7 @@ def _http(raw: dict | None, fail) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def _users(raw: dict | None, fail) -> dict[str, bytes]:
+def _users(raw: dict[str, Any] | None, fail: Fail) -> dict[str, bytes]:
     if raw is None:
         return {}
     users: dict[str, bytes] = {}
@@ -368,103 +367,3 @@ def _users(raw: dict | None, fail) -> dict[str, bytes]:
         users[user] = hashed.encode()
     return users
 
-
-class AuthBusy(Exception):
-    """Too many password checks are running; the request should be answered 503."""
-
-
-class BasicAuth:
-    """Checks ``Authorization: Basic`` headers against bcrypt hashes.
-
-    bcrypt is slow on purpose (tens of milliseconds), so:
-
-    - a successful check is remembered for ``cache_ttl`` seconds (as an HMAC
-      of user and password under a key made at start-up, never the
-      password), for at most ``cache_size`` pairs; a scraper sending the same
-      credentials costs nothing after its first request;
-    - at most ``max_concurrent`` bcrypt checks run at once; a check that
-      cannot start within ``wait`` seconds raises :class:`AuthBusy` instead
-      of queueing, so a flood of wrong passwords uses at most that many
-      cores and cannot starve scrapes with remembered credentials;
-    - an unknown user costs the same bcrypt check as a known one (against a
-      configured user's hash, the costliest), so timing does not reveal
-      which user names exist; a password over 72 bytes is wrong for every
-      user and refused before any check.
-    """
-
-    def __init__(
-        self,
-        users: Mapping[str, bytes],
-        *,
-        max_concurrent: int | None = None,
-        wait: float = 2.0,
-        cache_ttl: float = 300.0,
-        cache_size: int = 256,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._users = dict(users)
-        self._dummy = max(self._users.values(), key=_cost, default=None)
-        self._key = secrets.token_bytes(32)
-        self._good: OrderedDict[bytes, float] = OrderedDict()  # digest -> expiry
-        self._lock = threading.Lock()
-        if max_concurrent is None:
-            max_concurrent = max(1, min(2, (os.cpu_count() or 2) // 2))
-        self._slots = threading.BoundedSemaphore(max_concurrent)
-        self._wait = wait
-        self._ttl = cache_ttl
-        self._size = cache_size
-        self._clock = clock
-
-    def __bool__(self) -> bool:
-        return bool(self._users)
-
-    def check(self, header: str | None) -> bool:
-        """Whether ``header`` holds a configured user's password; :class:`AuthBusy` when
-        the check could not start in time."""
-        if not header or not header.startswith("Basic "):
-            return False
-        try:
-            user, sep, password = (
-                base64.b64decode(header[6:], validate=True).decode().partition(":"))
-        except (ValueError, UnicodeDecodeError):
-            return False
-        secret = password.encode()
-        if not sep or len(secret) > MAX_PASSWORD_BYTES:
-            return False
-        digest = hmac.new(self._key, f"{user}\0{password}".encode(), hashlib.sha256).digest()
-        now = self._clock()
-        with self._lock:
-            expiry = self._good.get(digest)
-            if expiry is not None:
-                if now < expiry:
-                    return True
-                del self._good[digest]
-        hashed = self._users.get(user)
-        target = hashed if hashed is not None else self._dummy
-        if target is None:
-            return False
-        if not self._slots.acquire(timeout=self._wait):
-            raise AuthBusy
-        try:
-            import bcrypt
-
-            matched = bcrypt.checkpw(secret, target)
-        except ValueError:  # hashes are checked at start-up; never a 500 for a password
-            matched = False
-        finally:
-            self._slots.release()
-        if not matched or hashed is None:
-            return False
-        with self._lock:
-            self._good[digest] = self._clock() + self._ttl
-            self._good.move_to_end(digest)
-            while len(self._good) > self._size:
-                self._good.popitem(last=False)
-        return True
-
-
-def _cost(hashed: bytes) -> int:
-    try:
-        return int(hashed[4:6])
-    except ValueError:
-        return 0

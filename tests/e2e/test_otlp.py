@@ -14,7 +14,7 @@ from tests.support.exposition import series
 from tests.support.kubelet import container, devices, pod
 from tests.support.nvml import profile_uuids
 from tests.support.otlp_receiver import OtlpReceiver, resource_groups
-from tests.support.process import wait_until
+from tests.support.process import run_cli, wait_until
 
 H100 = profile_uuids("h100x8")
 POD_KEYS = ("k8s.pod.name", "k8s.namespace.name", "k8s.container.name")
@@ -278,3 +278,56 @@ def test_sighup_stops_gracefully_with_a_final_export(collector, receiver):
     assert "received SIGHUP, stopping" in proc.log
     (req,) = receiver.wait_for(timeout=1)
     assert "hw.power" in req.metric_names()
+
+
+# --- the OTEL_* variables the SDK reads by itself ---------------------------------------------
+
+_STOPS = [
+    *[("OTEL_METRIC_EXPORT_INTERVAL", v) for v in ("-5", "0", "nan", "inf", "garbage", "1e308")],
+    *[(var, v) for var in ("OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT")
+      for v in ("-5", "0", "nan", "inf", "1e308")],
+]
+
+
+@pytest.mark.parametrize(("variable", "value"), _STOPS)
+def test_a_bad_sdk_variable_that_stands_for_a_setting_exits_2_naming_it(variable, value):
+    """Once exit 1 with the SDK's traceback (-5, 0), or a start that never pushed."""
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", variable: value}
+    for command in ("serve", "check"):
+        code, out, err = run_cli(command, "--simulate", "t4", "--listen", "127.0.0.1:0",
+                                 env=env, timeout=30)
+        assert code == 2, (command, out, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"otel-gpu: error: {variable}: "), err
+        assert "Traceback" not in err
+
+
+_IGNORED = [
+    *[(var, v) for var in ("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_ATTRIBUTE_COUNT_LIMIT")
+      for v in ("-1", "nan", "garbage")],
+    ("OTEL_METRICS_EXEMPLAR_FILTER", "garbage"),
+    ("OTEL_BLRP_EXPORT_TIMEOUT", "garbage"),
+    ("OTEL_EXPERIMENTAL_RESOURCE_DETECTORS", "garbage"),
+]
+
+
+@pytest.mark.parametrize(("variable", "value"), _IGNORED)
+def test_a_bad_sdk_variable_the_spec_ignores_is_one_warning_and_the_default(
+        collector, receiver, variable, value):
+    """Once exit 1 with a traceback (the limits, the exemplar filter) or a traceback in the
+    log (the logs' batch timeout, the resource detectors)."""
+    env = {**receiver.env("http/protobuf"), **FAST_EXPORT, variable: value}
+    proc = collector("--simulate", "t4", env=env)
+    receiver.wait_for(timeout=30)  # pushing as it would without the variable
+    wait_until(lambda: variable in proc.log, what="the warning")
+    assert proc.get("/metrics")[0] == 200
+    named = [line for line in proc.log.splitlines() if variable in line]
+    assert len(named) == 1 and "ignored, using the default" in named[0], proc.log
+    assert "Traceback" not in proc.log
+
+
+def test_check_names_an_ignored_sdk_variable():
+    code, out, err = run_cli("check", "--simulate", "t4",
+                             env={"OTEL_METRICS_EXEMPLAR_FILTER": "garbage"}, timeout=30)
+    assert code == 0, err
+    assert "OTEL_METRICS_EXEMPLAR_FILTER" in err and "Traceback" not in err

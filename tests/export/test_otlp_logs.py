@@ -8,16 +8,15 @@ from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportRes
 from opentelemetry.sdk.resources import Resource
 
 from otel_gpu.export.events import ERROR, INFO, Event
-from otel_gpu.export.otlp import ATTRIBUTES, OtlpSettings, OtlpSetupError
 from otel_gpu.export.otlp_logs import (
     EventLog,
     PodResourceLogExporter,
     build_event_log,
     build_exporter,
     logs_enabled,
-    logs_environ,
     validate,
 )
+from otel_gpu.export.otlp_transport import ATTRIBUTES, OtlpSettings, OtlpSetupError
 from tests.support.otlp_receiver import OtlpReceiver
 
 NODE = Resource({"service.name": "otel-gpu", "k8s.node.name": "node-1"})
@@ -93,8 +92,8 @@ def test_logs_exporter_variable():
 def test_logs_variables_are_checked_under_their_own_names():
     env = {"OTEL_EXPORTER_OTLP_LOGS_HEADERS": "good=1,bad header=2",
            "OTEL_EXPORTER_OTLP_METRICS_HEADERS": "fine=1"}
-    view = logs_environ(env)  # the metrics-only value is not the logs' one
-    assert view["OTEL_EXPORTER_OTLP_METRICS_HEADERS"] == env["OTEL_EXPORTER_OTLP_LOGS_HEADERS"]
+    build_exporter(OtlpSettings(endpoint="http://c:4318"),  # the metrics' value is not read
+                   {"OTEL_EXPORTER_OTLP_METRICS_HEADERS": "bad header=2"})
     with pytest.raises(OtlpSetupError, match=r"^OTEL_EXPORTER_OTLP_LOGS_HEADERS: header 2"):
         build_exporter(OtlpSettings(endpoint="http://c:4318"), env)
     with pytest.raises(OtlpSetupError, match="OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"):

@@ -425,3 +425,49 @@ def test_a_body_past_max_age_is_rendered_by_the_scrape(clock):
     assert cache.get().body == b"age 0\n"
     clock.advance(0.2)
     assert cache.get().body == b"age 1\n" and cache.renders == 2
+
+
+def test_a_kept_alive_scrape_sets_the_socket_timeout_once_per_request_at_most(
+        serve, monkeypatch):
+    """Once the timeout was set again before every read and write (six system calls a
+    scrape where a static server makes two)."""
+    srv = serve()
+    calls: list[int] = []
+    original = socket.socket.settimeout
+
+    def counted(sock, value):
+        with_port = sock.getsockname()[1] if sock.fileno() >= 0 else None
+        if with_port == srv.port:  # the server's side of the connection
+            calls.append(1)
+        return original(sock, value)
+
+    monkeypatch.setattr(socket.socket, "settimeout", counted)
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=10)
+    try:
+        for _ in range(20):
+            conn.request("GET", "/metrics")
+            response = conn.getresponse()
+            assert response.status == 200 and b"demo_value" in response.read()
+    finally:
+        conn.close()
+    assert len(calls) <= 1, len(calls)
+
+
+def test_metrics_answer_503_until_the_first_sample_is_published(registry):
+    """Once 200 with an empty body: Prometheus recorded up=1 with no samples, and every
+    series went stale once after each restart."""
+    published = {"yet": False}
+    cache = RenderCache(_render(registry), lambda: 0, max_age=60.0,
+                        published=lambda: published["yet"])
+    srv = MetricsServer(("127.0.0.1", 0), cache, lambda: (False, "no sample yet"))
+    srv.start()
+    try:
+        status, headers, body = http_get(f"http://127.0.0.1:{srv.port}/metrics")
+        assert status == 503 and b"no sample" in body
+        assert headers["Retry-After"] == "1"
+        assert cache.renders == 0
+        published["yet"] = True
+        status, _, body = http_get(f"http://127.0.0.1:{srv.port}/metrics")
+        assert status == 200 and b"demo_value 7.0" in body
+    finally:
+        srv.stop()

@@ -304,3 +304,43 @@ def test_a_blocked_check_does_not_block_remembered_credentials(monkeypatch):
         auth.check(_basic("prometheus", "another guess"))
     release.set()
     guesser.join(10)
+
+
+def test_a_miss_costs_the_costliest_hash_whoever_the_user(monkeypatch):
+    """Once a user with a cost-4 hash answered a wrong password in 1 ms where an unknown
+    user took 51 ms: users were told apart by timing."""
+    import bcrypt
+
+    cheap = bcrypt.hashpw(b"right", bcrypt.gensalt(4))
+    costly = bcrypt.hashpw(b"right", bcrypt.gensalt(8))
+    checked: list[bytes] = []
+    original = bcrypt.checkpw
+
+    def counted(password, hashed):
+        checked.append(hashed)
+        return original(password, hashed)
+
+    monkeypatch.setattr(bcrypt, "checkpw", counted)
+    slept: list[float] = []
+    auth = BasicAuth({"cheap": cheap, "costly": costly}, sleep=slept.append)
+
+    def basic(user, password):
+        return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+    # Nothing measured yet: the cheap miss pays a check against the costliest hash for real.
+    assert not auth.check(basic("cheap", "wrong"))
+    assert checked == [cheap, costly] and slept == []
+    costliest = auth._costliest_s
+    assert costliest is not None and costliest > 0
+    # From then on the rest of the costliest check's time is waited out, off the bcrypt slots.
+    checked.clear()
+    assert not auth.check(basic("cheap", "wrong"))
+    assert checked == [cheap]
+    (wait,) = slept
+    assert 0 < wait <= costliest
+    # An unknown user and the costliest user's miss are one check of that hash, no wait.
+    checked.clear()
+    assert not auth.check(basic("nobody", "wrong")) and not auth.check(basic("costly", "x"))
+    assert checked == [costly, costly] and len(slept) == 1
+    # A right password is never delayed.
+    assert auth.check(basic("cheap", "right")) and len(slept) == 1

@@ -90,9 +90,15 @@ class CollectorProcess:
         return http_get(self.url(path), **kw)
 
     def metrics(self) -> str:
-        status, _, body = self.get("/metrics")
-        assert status == 200, body
-        return body.decode()
+        """The /metrics body, once there is one (until the first sample it is a 503)."""
+        def answered():
+            status, _, body = self.get("/metrics")
+            if status == 503 and body.startswith(b"no sample yet"):
+                return None
+            assert status == 200, body
+            return body.decode()
+
+        return wait_until(answered, 20.0, "the first sample")
 
     def wait_sample(self, seq: int, timeout: float = 20.0) -> str:
         """Wait until /metrics shows at least ``seq`` samples; return that body."""
