@@ -950,7 +950,7 @@ CATALOG: tuple[Metric, ...] = (
         source_doc="collector",
     ),
     Metric(
-        "otel_gpu.sample.requests", Kind.COUNTER, "{request}",
+        "otel_gpu.nvml.requests", Kind.COUNTER, "{request}",
         "NVML requests made since start; scrapes never add to it.",
         per_node=_nvml_requests,
         source_doc="collector",

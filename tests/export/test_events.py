@@ -305,7 +305,7 @@ def test_the_counters_are_catalog_rows_there_at_zero():
     detector = ev.EventDetector(max_events=1)
     rows = {m.name: m for m in detector.metrics()}
     snap = snapshot(sample(G0))
-    assert list(rows["otel_gpu.export.events.dropped"].per_node(snap, 0.0)) == [(0.0, {})]
+    assert list(rows["otel_gpu.events.dropped"].per_node(snap, 0.0)) == [(0.0, {})]
     run(detector, sample(G0, xid_events=(XidEvent(13, 1.0), XidEvent(13, 2.0))))
-    assert list(rows["otel_gpu.export.events.dropped"].per_node(snap, 0.0)) == [(1.0, {})]
-    assert list(rows["otel_gpu.export.events"].per_node(snap, 0.0)) == [(1.0, {})]
+    assert list(rows["otel_gpu.events.dropped"].per_node(snap, 0.0)) == [(1.0, {})]
+    assert list(rows["otel_gpu.events"].per_node(snap, 0.0)) == [(1.0, {})]

@@ -7,6 +7,7 @@ from types import MappingProxyType
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+from otel_gpu.instrument.cardinality import SDK_CARDINALITY_LIMIT, cardinality, room_for
 from otel_gpu.instrument.catalog import (
     CATALOG,
     HPC_JOB,
@@ -16,16 +17,13 @@ from otel_gpu.instrument.catalog import (
     WORKLOAD_ATTRIBUTES,
 )
 from otel_gpu.instrument.telemetry import (
-    SDK_CARDINALITY_LIMIT,
     Instruments,
     Telemetry,
     build_meter_provider,
     build_resource,
-    cardinality,
     device_attributes,
     identity_attributes,
 )
-from otel_gpu.publish.pipeline import room_for
 from otel_gpu.snapshot import FAILED, OK, Attribution, Device, DeviceSample, Holder, Pods
 from tests.support.snapshots import snapshot
 
@@ -84,7 +82,7 @@ def test_values_are_converted_and_attributed(pipeline):
         (1.98e9, {**attrs, "nvidia.gpu.clock.domain": "sm"})]
     assert "nvidia.gpu.fan.speed" not in points  # never read: no series, not a zero
     assert points["otel_gpu.sample.age"] == [(5.0, {})]
-    assert points["otel_gpu.sample.requests"] == [(42, {})]
+    assert points["otel_gpu.nvml.requests"] == [(42, {})]
 
 
 def test_device_attributes():
@@ -323,7 +321,7 @@ def test_rebuild_sizes_the_limit_for_pods_that_arrived():
     telemetry, readers = _telemetry(lambda: state["snap"])
     try:
         first = telemetry.cardinality_limit
-        assert first == cardinality(state["snap"])[0]
+        assert first == cardinality(state["snap"], CATALOG)[0]
         assert telemetry.room >= room_for(4)
         arrived = first + 500
         state["snap"] = _time_sliced(arrived, seq=2)
@@ -335,17 +333,6 @@ def test_rebuild_sizes_the_limit_for_pods_that_arrived():
         assert len(readers) == 2 and len(_allocation_pods(readers[-1][0])) == arrived
     finally:
         telemetry.shutdown(1)
-
-
-def test_cardinality_counts_devices_series_and_pods():
-    assert cardinality(None) == (32 * (64 + room_for(0)), room_for(0))
-    limit, room = cardinality(_time_sliced(2500))
-    fanout = limit // (1 + room_for(2500))
-    assert fanout >= 3  # hw.status: one series per state
-    assert limit == fanout * (1 + room_for(2500)) and room == room_for(2500)
-    plain = snapshot(DeviceSample(GPU, OK, MappingProxyType({"power": 300_000})))
-    # never below the default
-    assert cardinality(plain, catalog=()) == (SDK_CARDINALITY_LIMIT, SDK_CARDINALITY_LIMIT - 1)
 
 
 def test_one_render_reads_one_snapshot_even_if_a_publish_lands_in_the_middle():
