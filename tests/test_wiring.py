@@ -63,7 +63,7 @@ def test_pod_churn_rebuilds_the_pipeline_before_the_sdk_overflows(build_service)
         snap = snapshot(sample, seq=i + 1,
                         pods=Pods(attribute([gpu], state), None, float(i)))
         service.pipeline.publish_sample(snap)
-        service.pipeline.release_if_due()  # what the sampler thread does after publishing
+        service.pipeline.run_followups()  # what the sampler thread does after publishing
         body = service.cache.get().body.decode()
         assert f'k8s_pod_name="job-{i}"' in body, i
         assert "otel_metric_overflow" not in body, i

@@ -12,7 +12,8 @@ flapping value is one episode, not one record per sample. A sample yields at
 most ``max_events`` events; the rest are counted in :attr:`EventDetector.dropped`.
 
 Nothing here exports: the records go out through :mod:`otel_gpu.export.otlp_logs`.
-The detector is called on the publishing thread only, once per sample.
+:class:`EventSubscriber` runs the detector on the publishing thread, as a
+subscriber of the publish loop.
 """
 
 from __future__ import annotations
@@ -202,11 +203,11 @@ class EventDetector:
     def metrics(self) -> tuple[Metric, ...]:
         """The detector's own counters, as catalog rows (there at 0 from the start)."""
         return (
-            Metric("otel_gpu.export.events", Kind.COUNTER, "{event}",
+            Metric("otel_gpu.events", Kind.COUNTER, "{event}",
                    "GPU events detected and handed to the OTLP logs pipeline since start.",
                    per_node=lambda snapshot, now: [(float(self.detected), {})],
                    source_doc="collector (event detector)"),
-            Metric("otel_gpu.export.events.dropped", Kind.COUNTER, "{event}",
+            Metric("otel_gpu.events.dropped", Kind.COUNTER, "{event}",
                    f"GPU events not sent because one sample had more than {self.max_events}.",
                    per_node=lambda snapshot, now: [(float(self.dropped), {})],
                    source_doc="collector (event detector)"),
@@ -402,6 +403,19 @@ class EventDetector:
             attrs[EVENT_PHASE] = END
             attrs[EVENT_DURATION] = round(max(0.0, now - episode.since), 3)
             yield Event(name, INFO, end_body(), now, attrs)
+
+
+class EventSubscriber:
+    """A publish-loop subscriber: hands the events of each new sample to ``emit`` (which
+    queues them for the OTLP logs pipeline and never waits on the backend)."""
+
+    def __init__(self, detector: EventDetector, emit: Callable[[Event], None]) -> None:
+        self.detector = detector
+        self._emit = emit
+
+    def published(self, snapshot: Snapshot) -> None:
+        for event in self.detector.observe(snapshot):
+            self._emit(event)
 
 
 def _flag(values: Mapping[str, float], key: str, readable: bool) -> object:

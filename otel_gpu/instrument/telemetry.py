@@ -9,8 +9,9 @@ The SDK folds a metric's attribute sets past its cardinality limit (2000 per
 metric and reader by default) into one ``otel.metric.overflow`` series. A
 node with 2,500 time-sliced pods has 2,500 allocation series, so the limit
 is sized from the latest snapshot each time the MeterProvider is built
-(:func:`cardinality`), through a view that applies to every reader, and the
-pipeline rebuilds it when pods outgrow it (:class:`otel_gpu.publish.pipeline.PodChurn`).
+(:func:`otel_gpu.instrument.cardinality.cardinality`), through a view that applies to
+every reader, and :class:`otel_gpu.instrument.cardinality.CardinalityGuard` has it
+rebuilt when pods outgrow it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from opentelemetry.sdk.metrics.view import View
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 
 from otel_gpu import __version__
+from otel_gpu.instrument.cardinality import cardinality
 from otel_gpu.instrument.catalog import (
     CATALOG,
     GPU_INDEX,
@@ -53,18 +55,11 @@ from otel_gpu.instrument.catalog import (
     device_observations,
     pod_labels,
 )
-from otel_gpu.publish.pipeline import room_for
 from otel_gpu.snapshot import Device, Snapshot
 
 log = logging.getLogger(__name__)
 
 SCOPE = "otel_gpu"
-
-SDK_CARDINALITY_LIMIT = 2000
-"""The SDK's default limit, and the floor of ours."""
-_UNSAMPLED = (64, 32)
-"""Before the first sample: devices (8 GPUs of 7 MIG instances each, and the
-GPUs), and series one device may have in one metric."""
 
 DeviceAttributes = Literal["identity", "all"]
 """The ``device_attributes`` setting: which device attributes every series carries."""
@@ -283,33 +278,6 @@ class _AttributeSets:
         return {**self.base, **attrs} if attrs else self.base
 
 
-def cardinality(
-    snapshot: Snapshot | None, catalog: Sequence[Metric] = CATALOG
-) -> tuple[int, int]:
-    """The cardinality limit for a MeterProvider built now, and the (device, pod)
-    pairs it has room for.
-
-    Between two rebuilds a metric collects at most (devices + pairs seen) x
-    fan-out attribute sets, the fan-out being the most series one device has
-    in any metric: a device's series take one set per exclusive owner it had,
-    the allocation metric one per pair. The limit leaves room for
-    :func:`~otel_gpu.publish.pipeline.room_for` the live pairs, and is never below the
-    SDK's default; a high limit costs nothing until sets exist.
-    """
-    if snapshot is None:
-        devices, fanout = _UNSAMPLED
-        pairs = 0
-    else:
-        devices = len(snapshot.devices)
-        fanout = max((len(device_observations(metric, sample))
-                      for metric in catalog if metric.per_node is None
-                      for sample in snapshot.devices), default=1)
-        fanout = max(fanout, 1)
-        pairs = len(snapshot.allocations()) + len(snapshot.jobs or ())
-    limit = max(SDK_CARDINALITY_LIMIT, fanout * (devices + room_for(pairs)))
-    return limit, limit // fanout - devices
-
-
 def build_meter_provider(
     resource: Resource,
     readers: Sequence[MetricReader],
@@ -353,8 +321,8 @@ class Telemetry:
     """The MeterProvider and its readers, replaceable while scrapes and exports run.
 
     :meth:`rebuild` swaps in a new provider (releasing every attribute set the
-    SDK kept, see :class:`otel_gpu.publish.pipeline.PodChurn`) whose cardinality limit
-    is sized from the latest snapshot (:func:`cardinality`); the swap and
+    SDK kept, see :mod:`otel_gpu.instrument.cardinality`) whose cardinality limit
+    is sized from the latest snapshot; the swap and
     :meth:`render` share a private lock, so no render runs on a provider being
     retired, and the old one is shut down (its final OTLP export) on a
     short-lived thread of its own.

@@ -1,4 +1,4 @@
-"""The pipeline: publishing from two threads, readiness, and the sampler loop."""
+"""The publish loop: publishing from two threads, subscribers, and the sampler loop."""
 
 from __future__ import annotations
 
@@ -8,17 +8,11 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from otel_gpu.publish.pipeline import (
-    CHURNED,
-    GROWN,
-    Pipeline,
-    PodChurn,
-    SnapshotStore,
-    readiness,
-    room_for,
-)
+from otel_gpu.publish.loop import Followup, Pipeline
+from otel_gpu.publish.readiness import Readiness
+from otel_gpu.publish.store import SnapshotStore
+from otel_gpu.publish.timings import Timings
 from otel_gpu.snapshot import (
-    FAILED,
     Attribution,
     Device,
     DeviceSample,
@@ -52,10 +46,30 @@ def _never() -> Snapshot:
     raise AssertionError("the sampler thread is not started in this test")
 
 
+def _pipeline(sample=_never, interval=10.0, *, enrich=None, subscribers=(), **timings):
+    stages = (enrich,) if enrich is not None else ()
+    return Pipeline(SnapshotStore(), sample,
+                    timings=replace(Timings.from_interval(interval), **timings),
+                    subscribers=subscribers, stages=stages)
+
+
+class _Recorder:
+    """A subscriber recording what it was handed, answering with ``answer(snapshot)``."""
+
+    def __init__(self, answer=lambda snapshot: None):
+        self.seen: list[tuple[int, str, int]] = []
+        self.answer = answer
+        self.store: SnapshotStore | None = None
+
+    def published(self, snapshot):
+        version = self.store.version if self.store is not None else -1
+        self.seen.append((snapshot.seq, threading.current_thread().name, version))
+        return self.answer(snapshot)
+
+
 def test_new_pods_republish_the_latest_sample():
     pods = {"now": _held_by("a")}
-    pipeline = Pipeline(_never, interval=10.0,
-                        enrich=lambda s: replace(s, pods=Pods(pods["now"])))
+    pipeline = _pipeline(enrich=lambda s: replace(s, pods=Pods(pods["now"])))
     store = pipeline.store
     pipeline.pods_changed()  # nothing sampled yet: nothing to publish
     assert store.latest is None and store.version == 0
@@ -73,33 +87,27 @@ def test_attribution_failure_keeps_the_sample():
     def broken(_):
         raise RuntimeError("bug")
 
-    pipeline = Pipeline(_never, interval=10.0, enrich=broken)
+    def jobs(snapshot):
+        return replace(snapshot, jobs={GPU.uuid: ("42",)})
+
+    pipeline = Pipeline(SnapshotStore(), _never, timings=Timings.from_interval(10.0),
+                        stages=(broken, jobs))
     pipeline.publish_sample(_snap(7))
-    assert pipeline.store.latest.seq == 7 and pipeline.store.latest.pods is None
+    latest = pipeline.store.latest
+    # the failing stage's part is left out; the sample and the next stage's part are kept
+    assert latest.seq == 7 and latest.pods is None and latest.jobs == {GPU.uuid: ("42",)}
 
 
-def test_readiness_is_a_function_of_the_latest_sample_and_the_clock():
-    assert readiness(None, 100.0, 10.0) == (False, "not ready: no NVML sample has finished yet")
-    good = _snap(1, taken=100.0, devices=(DeviceSample(GPU),))
-    ready, reason = readiness(good, 100.0, 10.0)
-    assert ready and reason.startswith("ready: 1 of 1 device(s) readable")
-    ready, reason = readiness(good, 131.0, 10.0)  # max(3 x 10 s, 30 s) later
-    assert not ready and "the driver may be hung" in reason
-    assert readiness(good, 129.0, 10.0)[0]
-    assert not readiness(good, 100.0 + 61.0, 20.0)[0] and readiness(good, 159.0, 20.0)[0]
-    lost = DeviceSample(GPU, FAILED, error="GPU is lost (GPU_IS_LOST) in power")
-    assert readiness(replace(good, devices=(lost,)), 100.0, 10.0) == (
-        False, "not ready: no readable GPU: GPU is lost (GPU_IS_LOST) in power")
 
-
-def test_pipeline_readiness_reads_its_store_and_clock():
+def test_readiness_reads_the_store_and_the_clock():
     clock = {"now": 100.0}
-    pipeline = Pipeline(_never, interval=10.0, clock=lambda: clock["now"])
-    assert not pipeline.readiness()[0]
+    pipeline = _pipeline()
+    ready = Readiness(pipeline.store, pipeline.timings, lambda: clock["now"])
+    assert not ready()[0]
     pipeline.publish_sample(_snap(1, taken=100.0, devices=(DeviceSample(GPU),)))
-    assert pipeline.readiness()[0]
+    assert ready()[0]
     clock["now"] = 131.0
-    assert "hung" in pipeline.readiness()[1]
+    assert "hung" in ready()[1]
 
 
 def test_sampler_thread_survives_a_bug():
@@ -111,7 +119,7 @@ def test_sampler_thread_survives_a_bug():
             raise RuntimeError("a bug")
         return _snap(calls["n"] - 1)
 
-    pipeline = Pipeline(flaky, interval=0.01, max_backoff=0.05)
+    pipeline = _pipeline(flaky, interval=0.01, max_backoff=0.05)
     pipeline.start()
     try:
         snap = pipeline.store.wait_for(1, timeout=10)
@@ -120,87 +128,76 @@ def test_sampler_thread_survives_a_bug():
         assert pipeline.stop()
 
 
-def test_churn_counts_gone_pods_and_resets():
-    churn = PodChurn(limit=3)
-    for i in range(4):
-        assert not churn.needs_rebuild(replace(_snap(i), pods=Pods(_held_by(f"p{i}"))))
-    assert churn.needs_rebuild(replace(_snap(5), pods=Pods(_held_by("p5")))) == CHURNED
-    assert not churn.needs_rebuild(replace(_snap(6), pods=Pods(_held_by("p6"))))
-    assert not churn.needs_rebuild(_snap(7))  # no attribution: nothing to count
 
 
-def test_churn_asks_for_a_rebuild_when_pods_outgrow_the_room():
-    churn = PodChurn()
-    assert churn.room == room_for(0)
-    assert churn.needs_rebuild(replace(_snap(1), pods=Pods(_sliced(room_for(0))))) is None
-    assert churn.needs_rebuild(replace(_snap(2), pods=Pods(_sliced(2500)))) == GROWN
-    assert churn.room == room_for(2500) == 5000
-    assert churn.needs_rebuild(replace(_snap(3), pods=Pods(_sliced(2500)))) is None
-    churn.room = 2600  # what the rebuilt SDK said it has room for
-    assert churn.needs_rebuild(replace(_snap(4), pods=Pods(_sliced(2601)))) == GROWN
 
 
-def test_pods_outgrowing_the_sdk_wake_the_sampler_for_a_release():
-    """Growth seen on the kubelet thread is released at once on the sampler thread, not
-    at the next sample (an hour away here); what ``release`` returns becomes the room,
-    and the latest snapshot is published again so that caches drop the old render.
-    """
-    pods = {"now": _held_by("p0")}
-    released: list[str] = []
+def test_an_urgent_followup_wakes_the_sampler_and_holds_the_later_subscribers():
+    """An urgent follow-up asked for on the kubelet thread runs at once on the sampler
+    thread, not at the next sample (an hour away here); the later subscribers do not see
+    the publication that asked for it, and the latest snapshot is published again after
+    it, to every subscriber."""
+    ran: list[str] = []
+    urgent = Followup(lambda: ran.append(threading.current_thread().name), urgent=True)
+    asking = {"now": False}
 
-    def release() -> int:
-        released.append(threading.current_thread().name)
-        return 10_000
+    def answer(snapshot):
+        if asking["now"]:  # once: the re-publication finds nothing to do
+            asking["now"] = False
+            return urgent
+        return None
 
-    pipeline = Pipeline(lambda: _snap(1), interval=3600.0,
-                        enrich=lambda s: replace(s, pods=Pods(pods["now"])), release=release)
+    first = _Recorder(answer)
+    later = _Recorder()
+    pipeline = _pipeline(lambda: _snap(1), interval=3600.0, subscribers=(first, later))
+    first.store = later.store = pipeline.store
     pipeline.start()
     try:
         assert pipeline.store.wait_for(1, timeout=10) is not None
-        version = pipeline.store.version
-        pods["now"] = _sliced(2500)
+        wait_until(lambda: len(later.seen) == 1, 10, "the first publication")
+        asking["now"] = True
         t = threading.Thread(target=pipeline.pods_changed, name="otel-gpu-podresources")
         t.start()
         t.join(10)
-        wait_until(lambda: released, 10, "a release on the sampler thread")
-        assert released == ["otel-gpu-sampler"]
-        wait_until(lambda: pipeline.store.version >= version + 2, 10, "the re-publication")
-        pods["now"] = _sliced(5000)  # inside the room the release reported: no rebuild
-        pipeline.pods_changed()
-        assert pipeline.release_if_due() is False and released == ["otel-gpu-sampler"]
+        wait_until(lambda: ran, 10, "the follow-up on the sampler thread")
+        assert ran == ["otel-gpu-sampler"]
+        wait_until(lambda: len(later.seen) == 2, 10, "the re-publication")
+        # the kubelet thread's publication (version 2) reached only the first subscriber
+        assert [v for _, _, v in first.seen[:2]] == [1, 2]
+        assert later.seen[1][1:] == ("otel-gpu-sampler", 3)
     finally:
         assert pipeline.stop()
 
 
-def test_a_failing_release_does_not_end_the_sampler_thread():
-    pods = {"now": _held_by("p0")}
+def test_a_failing_followup_does_not_end_the_sampler_thread():
     calls: list[int] = []
 
-    def release() -> None:
+    def run() -> None:
         calls.append(len(calls))
         if len(calls) == 1:
             raise RuntimeError("a bug")
 
-    pipeline = Pipeline(lambda: _snap(1), interval=3600.0,
-                        enrich=lambda s: replace(s, pods=Pods(pods["now"])), release=release)
+    urgent = Followup(run, urgent=True)
+    pipeline = _pipeline(lambda: _snap(1), interval=3600.0,
+                         subscribers=(_Recorder(lambda s: urgent if s.pods else None),),
+                         enrich=lambda s: replace(s, pods=Pods(_held_by("p0"))))
     pipeline.start()
     try:
-        assert pipeline.store.wait_for(1, timeout=10) is not None
-        for holders, released in ((300, 1), (2500, 2)):
-            pods["now"] = _sliced(holders)
-            pipeline.pods_changed()
-            wait_until(lambda n=released: len(calls) == n, 10, f"release {released}")
+        wait_until(lambda: len(calls) >= 1, 10, "the first follow-up")
+        pipeline.pods_changed()
+        wait_until(lambda: len(calls) >= 2, 10, "the second follow-up, after a failing one")
     finally:
         assert pipeline.stop()
 
 
-def test_release_runs_on_the_sampler_thread_not_the_kubelet_thread():
-    """Pods churning through kubelet updates only mark a release; the sampler thread runs it."""
+def test_followups_run_on_the_sampler_thread_not_the_kubelet_thread():
+    """Publications on the kubelet thread only mark a follow-up; the sampler thread runs it,
+    once however many publications asked for it."""
     threads: list[str] = []
+    followup = Followup(lambda: threads.append(threading.current_thread().name))
     pods = {"now": _held_by("p0")}
-    pipeline = Pipeline(_never, interval=10.0,
-                        enrich=lambda s: replace(s, pods=Pods(pods["now"])),
-                        release=lambda: threads.append(threading.current_thread().name))
+    pipeline = _pipeline(enrich=lambda s: replace(s, pods=Pods(pods["now"])),
+                         subscribers=(_Recorder(lambda s: followup),))
     pipeline.publish_sample(_snap(1))
 
     def kubelet_thread() -> None:
@@ -211,10 +208,9 @@ def test_release_runs_on_the_sampler_thread_not_the_kubelet_thread():
     t = threading.Thread(target=kubelet_thread, name="otel-gpu-podresources")
     t.start()
     t.join(10)
-    assert threads == []  # the kubelet thread never rebuilt anything
-    assert pipeline.release_if_due() is True
+    assert threads == []  # the kubelet thread never ran it
+    assert pipeline.run_followups() is True
     assert threads == [threading.current_thread().name]
-    assert pipeline.release_if_due() is False  # once per pile-up
 
 
 def test_no_module_exposes_a_lock():
@@ -239,27 +235,17 @@ def test_store_wait_for_returns_at_the_deadline_without_a_sample():
     assert SnapshotStore().wait_for(1, timeout=0.01) is None
 
 
-def test_every_publication_calls_on_publish_after_the_store_has_it():
-    seen: list[int] = []
-    pipeline = Pipeline(_never, interval=10.0, release=lambda: None,
-                        on_publish=lambda: seen.append(pipeline.store.version))
+def test_every_publication_reaches_every_subscriber_after_the_store_has_it():
+    followup = Followup(lambda: None)
+    first = _Recorder(lambda s: followup if s.seq == 1 and len(first.seen) == 2 else None)
+    second = _Recorder()
+    pipeline = _pipeline(subscribers=(first, second))
+    first.store = second.store = pipeline.store
     pipeline.pods_changed()  # nothing to publish yet
-    assert seen == []
+    assert first.seen == second.seen == []
     pipeline.publish_sample(_snap(1))
-    pipeline.pods_changed()
-    pipeline._release_due = True  # as after pods churned
-    assert pipeline.release_if_due()
-    assert seen == [1, 2, 3]
-
-
-def test_churn_counts_hpc_jobs_coming_and_going_without_pods():
-    """Bare metal (no pod attribution): every new set of jobs on a device is a new set of
-    series, so jobs finishing pile up like finished pods and are released the same way."""
-    from types import MappingProxyType
-
-    churn = PodChurn(limit=3)
-    for i in range(4):
-        jobs = MappingProxyType({"GPU-0": (str(1000 + i),)})
-        assert not churn.needs_rebuild(replace(_snap(i), jobs=jobs))
-    assert churn.needs_rebuild(replace(_snap(5), jobs=MappingProxyType({"GPU-0": ("1005",)}))) \
-        == CHURNED
+    pipeline.pods_changed()  # the first subscriber asks for a follow-up here
+    assert pipeline.run_followups()  # ... which publishes the latest again
+    assert not pipeline.run_followups()
+    name = threading.current_thread().name
+    assert first.seen == second.seen == [(1, name, 1), (1, name, 2), (1, name, 3)]
