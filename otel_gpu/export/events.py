@@ -20,22 +20,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from types import MappingProxyType
 
 from otel_gpu.export.naming import xid as xids
-from otel_gpu.instrument.catalog import (
+from otel_gpu.instrument.attributes import (
     GPU_INDEX,
     HPC_JOB,
     HW_ID,
-    HW_PARENT,
     HW_STATE,
     MIG_CI,
     MIG_GI,
-    PCI_BUS_ID,
-    Kind,
-    Metric,
+    device_attributes,
+    kubelet_numa_node,
     pod_labels,
 )
+from otel_gpu.instrument.schema import Kind, Metric
 from otel_gpu.sample.sources import (
     CLOCK_REASONS,
     ECC_UNCORRECTED,
@@ -304,8 +304,8 @@ class EventDetector:
             name, severity, hyst = THROTTLE
             yield from self._step(
                 ctx, dev, ("throttle", kind), (f"{name}.{kind}", severity, hyst), holds,
-                lambda k=kind: f"{label} is throttled ({k})",
-                lambda k=kind: f"{label} is no longer throttled ({k})",
+                partial("{} is throttled ({})".format, label, kind),
+                partial("{} is no longer throttled ({})".format, label, kind),
                 {THROTTLE_KIND: kind})
 
     def _ecc(self, ctx: _Context, dev: _DeviceState, label: str) -> Iterator[Event]:
@@ -322,7 +322,8 @@ class EventDetector:
                 holds = rise > 0
         episode = dev.episodes.setdefault(("ecc",), _Episode())
         if episode.active and rise:
-            episode.detail = {ECC_ERRORS: int(episode.detail.get(ECC_ERRORS, 0)) + int(rise)}
+            before = episode.detail.get(ECC_ERRORS, 0)
+            episode.detail = {ECC_ERRORS: (before if isinstance(before, int) else 0) + int(rise)}
         yield from self._step(
             ctx, dev, ("ecc",), ECC_RISING, holds,
             lambda: f"{label}: {int(rise)} new uncorrectable ECC error(s), {int(count or 0)} "
@@ -366,8 +367,8 @@ class EventDetector:
             if seen >> link & 1:
                 holds = _UNKNOWN if active is None else not active >> link & 1
                 yield from self._step(ctx, dev, ("nvlink", link), NVLINK_DOWN, holds,
-                                      lambda n=link: f"{label}: NVLink {n} is down",
-                                      lambda n=link: f"{label}: NVLink {n} is up again",
+                                      partial("{}: NVLink {} is down".format, label, link),
+                                      partial("{}: NVLink {} is up again".format, label, link),
                                       {NVLINK_LINK: link})
             link += 1
 
@@ -450,18 +451,12 @@ class _Context:
         return None
 
     def attributes(self, target: DeviceSample | None = None) -> dict[str, object]:
-        """The device's identity and its holder: the pod holding it whole (moved into the
-        Resource by the exporter), else every holder's name in one attribute."""
+        """The device's attributes (the instruments' own: :func:`device_attributes`) and its
+        holder: the pod holding it whole (moved into the Resource by the exporter), else
+        every holder's name in one attribute."""
         device = (target or self.sample).device
-        attrs: dict[str, object] = {HW_ID: device.uuid, GPU_INDEX: device.index}
-        if device.pci_bus_id:
-            attrs[PCI_BUS_ID] = device.pci_bus_id
-        if device.parent_uuid:
-            attrs[HW_PARENT] = device.parent_uuid
-            if device.gpu_instance_id is not None:
-                attrs[MIG_GI] = device.gpu_instance_id
-            if device.compute_instance_id is not None:
-                attrs[MIG_CI] = device.compute_instance_id
+        attrs: dict[str, object] = dict(device_attributes(
+            device, self.snapshot.driver_version, kubelet_numa_node(self.snapshot, device)))
         jobs = self.snapshot.series_jobs(device.uuid)
         if jobs:  # as on the device's metrics: under the job's Resource with OTLP
             attrs[HPC_JOB] = ",".join(jobs)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from otel_gpu._log import LogLimiter
-from otel_gpu.instrument.catalog import Metric, device_observations
+from otel_gpu.instrument.schema import Metric, device_observations
 from otel_gpu.publish.loop import Followup
 from otel_gpu.snapshot import Snapshot
 

@@ -7,23 +7,19 @@ from types import MappingProxyType
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from otel_gpu.instrument.cardinality import SDK_CARDINALITY_LIMIT, cardinality, room_for
-from otel_gpu.instrument.catalog import (
-    CATALOG,
+from otel_gpu.instrument.attributes import (
     HPC_JOB,
     IDENTITY_ATTRIBUTES,
     NUMA_NODE,
     POD_ATTRIBUTES,
     WORKLOAD_ATTRIBUTES,
-)
-from otel_gpu.instrument.telemetry import (
-    Instruments,
-    Telemetry,
-    build_meter_provider,
-    build_resource,
     device_attributes,
     identity_attributes,
 )
+from otel_gpu.instrument.cardinality import SDK_CARDINALITY_LIMIT, cardinality, room_for
+from otel_gpu.instrument.catalog import CATALOG
+from otel_gpu.instrument.instruments import Instruments
+from otel_gpu.instrument.telemetry import Telemetry, build_meter_provider, build_resource
 from otel_gpu.snapshot import FAILED, OK, Attribution, Device, DeviceSample, Holder, Pods
 from tests.support.snapshots import snapshot
 
