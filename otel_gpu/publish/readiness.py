@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from otel_gpu.publish.store import SnapshotStore
 from otel_gpu.publish.timings import Timings
-from otel_gpu.snapshot import Snapshot
+from otel_gpu.snapshot import FAILED, DeviceSample, Snapshot
 
 
 def readiness(snapshot: Snapshot | None, now: float, timings: Timings) -> tuple[bool, str]:
@@ -22,12 +22,43 @@ def readiness(snapshot: Snapshot | None, now: float, timings: Timings) -> tuple[
         )
     healthy = snapshot.healthy_devices()
     if healthy == 0:
-        reasons = list(snapshot.errors) + [d.error for d in snapshot.devices if d.error]
+        reasons = unreadable_gpus(snapshot) or list(snapshot.errors)
         return False, "not ready: no readable GPU: " + ("; ".join(reasons) or "none found")
     return True, (
         f"ready: {healthy} of {len(snapshot.devices)} device(s) readable, "
         f"sample {snapshot.seq} finished {age:.1f} s ago"
     )
+
+
+def unreadable_gpus(snapshot: Snapshot) -> list[str]:
+    """One reason per GPU none of whose devices can be read, naming it by index and uuid:
+    the failed ones first, then the hung ones, each in index order. A MIG instance is
+    its GPU's; the sample's notes (a feature a GPU lacks) are no reason."""
+    worst: dict[str, tuple[int, int, str]] = {}
+    for sample in snapshot.devices:
+        if sample.readable:
+            continue
+        device = sample.device
+        gpu = device.parent_uuid or device.uuid
+        label = f"GPU {device.index} ({gpu})"
+        if sample.state == FAILED:
+            rank, why = 0, f"{label} failed: {sample.error or 'no reason given'}"
+        else:
+            detail = sample.hung or ""
+            for prefix in (f"{label}: ", f"{_label(sample)}: "):  # the sampler names it too
+                detail = detail.removeprefix(prefix)
+            rank, why = 1, f"{label} hangs: {detail or 'a driver call has not returned'}"
+        key = (rank, device.index, why)
+        if gpu not in worst or key < worst[gpu]:
+            worst[gpu] = key
+    return [why for _, _, why in sorted(worst.values())]
+
+
+def _label(sample: DeviceSample) -> str:
+    d = sample.device
+    if d.is_mig:
+        return f"GPU {d.index} MIG {d.mig_profile} ({d.uuid})"
+    return f"GPU {d.index} ({d.uuid})"
 
 
 class Readiness:
