@@ -553,25 +553,28 @@ class Sampler(BatchReads):
         """One line for the node: each value newly found missing, and on which devices.
 
         Each (device, value) pair is reported once; values missing on the same
-        devices share a clause. Runs on the sampler thread, for devices whose
-        worker is idle.
+        devices share a clause. What only MIG instances lack (dozens of values,
+        by design: NVML answers most of them per GPU) is one clause, a count and
+        the commonest few, with the full list at debug level. Runs on the sampler
+        thread, for devices whose worker is idle.
         """
         missing: dict[str, list[str]] = {}
+        instances: set[str] = set()
         for t in devices:
+            if t.device.is_mig:
+                instances.add(t.short_label())
             for what in t.newly_unsupported:
                 missing.setdefault(what, []).append(t.short_label())
             t.newly_unsupported.clear()
         if not missing:
             return
-        by_devices: dict[tuple[str, ...], list[str]] = {}
-        for what, labels in missing.items():
-            by_devices.setdefault(tuple(labels), []).append(what)
-        clauses = []
-        for labels, whats in by_devices.items():
-            shown = ", ".join(labels[:_NAMED]) + (
-                f" and {len(labels) - _NAMED} more" if len(labels) > _NAMED else "")
-            where = labels[0] if len(labels) == 1 else f"{len(labels)} devices ({shown})"
-            clauses.append(f"{', '.join(whats)} on {where}")
+        on_gpus = {w: labels for w, labels in missing.items() if not instances.issuperset(labels)}
+        on_instances = {w: labels for w, labels in missing.items() if w not in on_gpus}
+        clauses = _clauses(on_gpus, brief=True)
+        if on_instances:
+            clauses.append(_instances_clause(on_instances))
+            log.debug("not available, omitted from now on (each device): %s",
+                      "; ".join(_clauses(missing)))
         log.info("not available, omitted from now on: %s", "; ".join(clauses))
 
     def _sample_of(self, t: _Tracked, now: float) -> DeviceSample:
@@ -793,3 +796,51 @@ _NO_INSTANCE = 0xFFFFFFFF
 """What NVML puts in a process's GPU instance id outside MIG mode."""
 _SHARE_CALLS = ("nvmlDeviceGetProcessesUtilizationInfo", "nvmlDeviceGetProcessUtilization")
 """Per-process utilization, newest call first (the first arrived with R550)."""
+
+
+_SHOWN = 3
+"""Values named in the MIG instances' clause of the "not available" line."""
+
+
+def _clauses(missing: Mapping[str, list[str]], *, brief: bool = False) -> list[str]:
+    """``values on devices`` clauses, one per set of devices missing the same values;
+    ``brief``: a GPU's MIG instances counted (``GPU 0's 4 MIG instances``), not named."""
+    by_devices: dict[tuple[str, ...], list[str]] = {}
+    for what, labels in missing.items():
+        by_devices.setdefault(tuple(labels), []).append(what)
+    clauses = []
+    for labels, whats in by_devices.items():
+        names = _brief(labels) if brief else list(labels)
+        shown = ", ".join(names[:_NAMED]) + (
+            f" and {len(names) - _NAMED} more" if len(names) > _NAMED else "")
+        where = labels[0] if len(labels) == 1 else f"{len(labels)} devices ({shown})"
+        clauses.append(f"{', '.join(whats)} on {where}")
+    return clauses
+
+
+def _brief(labels: tuple[str, ...]) -> list[str]:
+    """Labels with each GPU's MIG instances folded into one count, in first-seen order."""
+    out: list[str] = []
+    counts: dict[str, int] = {}
+    for label in labels:
+        gpu, mig, _ = label.partition(" MIG ")
+        if not mig:
+            out.append(label)
+            continue
+        if gpu not in counts:
+            out.append(gpu + "\0")  # placeholder, filled in below
+        counts[gpu] = counts.get(gpu, 0) + 1
+    return [f"{name[:-1]}'s {counts[name[:-1]]} MIG instance" + ("s" if counts[name[:-1]] > 1
+            else "") if name.endswith("\0") else name for name in out]
+
+
+def _instances_clause(missing: Mapping[str, list[str]]) -> str:
+    """The MIG instances' part of the line: how many values on how many, the commonest few."""
+    count = len({label for labels in missing.values() for label in labels})
+    common = sorted(missing, key=lambda what: -len(missing[what]))
+    shown = ", ".join(common[:_SHOWN])
+    rest = len(common) - _SHOWN
+    more = f" and {rest} more (the list at debug level)" if rest > 0 else ""
+    noun = "instance" if count == 1 else "instances"
+    return f"{len(common)} value(s) on {count} MIG {noun}, most of them answered per GPU " \
+           f"only: {shown}{more}"
