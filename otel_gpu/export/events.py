@@ -204,11 +204,13 @@ class EventDetector:
         """The detector's own counters, as catalog rows (there at 0 from the start)."""
         return (
             Metric("otel_gpu.events", Kind.COUNTER, "{event}",
-                   "GPU events detected and handed to the OTLP logs pipeline since start.",
+                   "GPU events detected and handed to the OTLP logs pipeline since start "
+                   "(with OTLP on, where the events go).",
                    per_node=lambda snapshot, now: [(float(self.detected), {})],
                    source_doc="collector (event detector)"),
             Metric("otel_gpu.events.dropped", Kind.COUNTER, "{event}",
-                   f"GPU events not sent because one sample had more than {self.max_events}.",
+                   f"GPU events not sent because one sample had more than {self.max_events} "
+                   "(with OTLP on).",
                    per_node=lambda snapshot, now: [(float(self.dropped), {})],
                    source_doc="collector (event detector)"),
         )
