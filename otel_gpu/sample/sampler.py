@@ -809,29 +809,24 @@ def _clauses(missing: Mapping[str, list[str]], *, brief: bool = False) -> list[s
     for what, labels in missing.items():
         by_devices.setdefault(tuple(labels), []).append(what)
     clauses = []
-    for labels, whats in by_devices.items():
-        names = _brief(labels) if brief else list(labels)
+    for group, whats in by_devices.items():
+        names = _brief(group) if brief else list(group)
         shown = ", ".join(names[:_NAMED]) + (
             f" and {len(names) - _NAMED} more" if len(names) > _NAMED else "")
-        where = labels[0] if len(labels) == 1 else f"{len(labels)} devices ({shown})"
+        where = group[0] if len(group) == 1 else f"{len(group)} devices ({shown})"
         clauses.append(f"{', '.join(whats)} on {where}")
     return clauses
 
 
 def _brief(labels: tuple[str, ...]) -> list[str]:
     """Labels with each GPU's MIG instances folded into one count, in first-seen order."""
-    out: list[str] = []
-    counts: dict[str, int] = {}
+    counts: dict[str, int] = {}  # a label, or "GPU n MIG" for GPU n's instances
     for label in labels:
         gpu, mig, _ = label.partition(" MIG ")
-        if not mig:
-            out.append(label)
-            continue
-        if gpu not in counts:
-            out.append(gpu + "\0")  # placeholder, filled in below
-        counts[gpu] = counts.get(gpu, 0) + 1
-    return [f"{name[:-1]}'s {counts[name[:-1]]} MIG instance" + ("s" if counts[name[:-1]] > 1
-            else "") if name.endswith("\0") else name for name in out]
+        key = f"{gpu} MIG" if mig else label
+        counts[key] = counts.get(key, 0) + 1
+    return [f"{key.removesuffix(' MIG')}'s {n} MIG instance{'s' if n > 1 else ''}"
+            if key.endswith(" MIG") else key for key, n in counts.items()]
 
 
 def _instances_clause(missing: Mapping[str, list[str]]) -> str:
