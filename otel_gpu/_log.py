@@ -20,6 +20,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
+from typing import TextIO
 
 LEVELS = ("debug", "info", "warning", "error")
 FORMATS = ("text", "json")
@@ -89,7 +90,8 @@ def library_window(environ: Mapping[str, str] | None = None) -> float:
 
 
 def configure(
-    level: str = "info", fmt: str = "text", stream=None, *, library_every: float | None = None
+    level: str = "info", fmt: str = "text", stream: TextIO | None = None, *,
+    library_every: float | None = None,
 ) -> None:
     """Route the ``otel_gpu`` loggers (and warnings from libraries) to stderr.
 

@@ -1,7 +1,7 @@
 """Wiring: builds the pipeline's stages from the configuration and starts them.
 
 sample (:mod:`otel_gpu.sample.sampler`) -> attribute (:mod:`otel_gpu.attribute.k8s.enrich`)
--> publish (:mod:`otel_gpu.publish.pipeline`) -> instrument (:mod:`otel_gpu.instrument.telemetry`)
+-> publish (:mod:`otel_gpu.publish.loop`) -> instrument (:mod:`otel_gpu.instrument.telemetry`)
 -> export (:mod:`otel_gpu.export`). :class:`Service` owns the long-lived
 pieces, so the CLI and the in-process tests start and stop exactly the same
 thing; :func:`sample_once` is the same pipeline run once, for ``check``.
@@ -20,17 +20,21 @@ from typing import TYPE_CHECKING
 
 from opentelemetry.sdk.metrics.export import MetricReader
 
-from otel_gpu.attribute.enrich import Enricher, Enrichers
+from otel_gpu.attribute.enrich import Enricher
 from otel_gpu.config import Config
 from otel_gpu.errors import SetupError
 from otel_gpu.export import exporters, naming, sdk_env
 from otel_gpu.export.collected import CollectingReader
-from otel_gpu.export.events import EventDetector
+from otel_gpu.export.events import EventDetector, EventSubscriber
 from otel_gpu.export.prometheus import MetricsServer, RenderCache, new_reader
 from otel_gpu.export.webconfig import load_web_config
+from otel_gpu.instrument.cardinality import CardinalityGuard
 from otel_gpu.instrument.catalog import CATALOG, all_sources
 from otel_gpu.instrument.telemetry import Telemetry, build_resource
-from otel_gpu.publish.pipeline import Pipeline
+from otel_gpu.publish.loop import Pipeline, Subscriber
+from otel_gpu.publish.readiness import Readiness
+from otel_gpu.publish.store import SnapshotStore
+from otel_gpu.publish.timings import Timings
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import Sampler
 from otel_gpu.snapshot import Snapshot
@@ -45,17 +49,6 @@ if TYPE_CHECKING:  # gRPC is imported only once a kubelet socket exists
 log = logging.getLogger(__name__)
 
 CHECK_READ_TIMEOUT_S = 5.0
-
-
-def read_timeout(interval: float) -> float:
-    """How long a sample waits for each GPU before calling it hung: half the interval, 1-10 s."""
-    return min(max(interval / 2, 1.0), 10.0)
-
-
-def render_max_age(interval: float) -> float:
-    """How old a rendered body may get before a scrape renders again: a sample's interval
-    and its read deadline, so that a sampler on time always publishes first."""
-    return interval + read_timeout(interval)
 
 
 def open_nvml(simulate: str | None) -> Nvml:
@@ -95,12 +88,6 @@ def container_enricher(config: Config) -> ContainerEnricher | None:
 
     return build(config.container_socket, config.proc_root, interval=config.kubelet_interval,
                  processes=config.process_usage)
-
-
-def chain(*stages: Enricher | None) -> Callable[[Snapshot], Snapshot] | None:
-    """The enrich stages present, applied in order (pods, jobs, containers); None if none."""
-    present = Enrichers(*stages)
-    return present.process if present else None
 
 
 def pod_enricher(
@@ -174,8 +161,26 @@ def choose_exporters(config: Config, environ: Mapping[str, str]) -> tuple[str, .
     return tuple(e.name for e in exporters.select(config, environ))
 
 
+class RenderSubscriber:
+    """A publish-loop subscriber: renders /metrics on the publishing thread, so that no
+    scrape waits for a render."""
+
+    def __init__(self, cache: RenderCache) -> None:
+        self._cache = cache
+
+    def published(self, snapshot: Snapshot) -> None:
+        self._cache.refresh()
+
+
 class Service:
-    """The running collector: pipeline thread, kubelet thread, MeterProvider, HTTP endpoint."""
+    """The running collector: pipeline thread, kubelet thread, MeterProvider, HTTP endpoint.
+
+    Built in the order the data flows back from the readers: the snapshot store
+    first (every reader takes the latest snapshot from it), then the sampler,
+    the MeterProvider, the subscribers of the publish loop (cardinality guard,
+    render cache, event detector), the loop, the attribute stages (the
+    kubelet's tells the loop of new pods), and the HTTP endpoints.
+    """
 
     def __init__(
         self,
@@ -188,27 +193,18 @@ class Service:
         environ = os.environ if environ is None else environ
         self.config = config
         self.nvml = nvml
+        self.timings = timings = Timings.from_interval(config.interval)
         self.outputs = exporters.select(config, environ)
         self.exporters = tuple(e.name for e in self.outputs)
         sdk_env.settle(environ, otlp="otlp" in self.exporters)
         if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
             log.warning("OTEL_SDK_DISABLED=true: the OpenTelemetry SDK records nothing, so "
                         "/metrics carries only the dcgm/kubelet profiles and OTLP sends nothing")
-        self.enricher = None
-        if config.pod_attribution:  # the kubelet thread re-publishes through the pipeline
-            self.enricher = pod_enricher(config, on_update=lambda s: self.pipeline.pods_changed(s))
-        self.jobs = job_enricher(config)
-        self.containers = container_enricher(config)
+        self.store = store = SnapshotStore()
         self.sampler = Sampler(nvml, all_sources(CATALOG), clock=clock,
-                               read_timeout=read_timeout(config.interval),
+                               read_timeout=timings.read_timeout,
                                sysfs_root=Path(config.sysfs_root),
                                process_usage=process_usage(config))
-        self.pipeline = Pipeline(self.sampler.sample, interval=config.interval,
-                                 enrich=chain(self.enricher, self.jobs, self.containers),
-                                 release=lambda: self.telemetry.rebuild(),
-                                 on_publish=self._render_published,
-                                 clock=clock)
-        store = self.pipeline.store
         resource = build_resource(config.node_name)
         prometheus_otel = "prometheus" in self.exporters and "otel" in config.naming
         # GPU events go as OTLP log records where OTLP metrics go; a bad setting fails here.
@@ -216,8 +212,8 @@ class Service:
         for output in self.outputs:
             if isinstance(output, exporters.OtlpExporter):
                 self.events = output.event_log(resource)
-        self.detector = EventDetector() if self.events is not None else None
-        event_metrics = self.detector.metrics() if self.detector is not None else ()
+        detector = EventDetector() if self.events is not None else None
+        event_metrics = detector.metrics() if detector is not None else ()
 
         def readers() -> tuple[list[MetricReader], Callable[[], bytes] | None]:
             out: list[MetricReader] = []
@@ -233,9 +229,10 @@ class Service:
             return out + pushed, render
 
         # A bad OTLP setting fails here, at start-up.
-        self.telemetry = Telemetry(resource, lambda: store.latest, readers, clock=clock,
-                                   catalog=(*CATALOG, *event_metrics),
-                                   device_attributes=config.device_attributes)
+        self.telemetry = telemetry = Telemetry(
+            resource, lambda: store.latest, readers, clock=clock,
+            catalog=(*CATALOG, *event_metrics), device_attributes=config.device_attributes)
+        subscribers: list[Subscriber] = [CardinalityGuard(telemetry)]
         self.cache: RenderCache | None = None
         if "prometheus" in self.exporters:
             profiles = naming.build_profiles(
@@ -248,45 +245,41 @@ class Service:
                 pod_label_style=config.dcgm_pod_label_style,
                 dcgm_names=config.dcgm_names,
             )
-            self.cache = RenderCache(
-                lambda: self._body(profiles),
-                lambda: store.version, max_age=render_max_age(config.interval), clock=clock,
-                published=lambda: store.latest is not None,
-            )
+
+            def body() -> bytes:
+                """The whole exposition, every part from the same snapshot."""
+                snapshot = store.latest
+                return telemetry.render(snapshot) + naming.render_profiles(profiles, snapshot)
+
+            self.cache = RenderCache(body, lambda: store.version,
+                                     max_age=timings.render_max_age, clock=clock,
+                                     published=lambda: store.latest is not None)
+            subscribers.append(RenderSubscriber(self.cache))
+        if detector is not None and self.events is not None:
+            subscribers.append(EventSubscriber(detector, self.events.emit))
+        self.pipeline = Pipeline(store, self.sampler.sample, timings=timings,
+                                 subscribers=subscribers)
+        self.enricher = None
+        if config.pod_attribution:  # the kubelet thread re-publishes through the pipeline
+            self.enricher = pod_enricher(config, on_update=self.pipeline.pods_changed)
+        self.jobs = job_enricher(config)
+        self.containers = container_enricher(config)
+        stages: tuple[Enricher | None, ...] = (self.enricher, self.jobs, self.containers)
+        for stage in stages:  # in this order: pods, then jobs, then containers
+            if stage is not None:
+                self.pipeline.add_stage(stage.process)
+        self.readiness = Readiness(store, timings, clock)
         web = load_web_config(config.web_config_file) if config.web_config_file else None
-        self.server = MetricsServer(config.listen, self.cache, self.pipeline.readiness, web)
+        self.server = MetricsServer(config.listen, self.cache, self.readiness, web)
         # Probes that cannot pass the web config's TLS or auth ask here: health only, plain.
         self.health_server: MetricsServer | None = None
         if config.health_listen is not None:
             try:
-                self.health_server = MetricsServer(config.health_listen, None,
-                                                   self.pipeline.readiness)
+                self.health_server = MetricsServer(config.health_listen, None, self.readiness)
             except OSError as exc:
                 self.server.server_close()
                 raise SetupError(f"health_listen {_address(*config.health_listen)}: "
                                  f"{exc.strerror or exc}") from None
-
-    def _render_published(self) -> None:
-        """Render /metrics on the publishing thread, so that no scrape waits for a render."""
-        cache = getattr(self, "cache", None)  # None until built, and without Prometheus
-        if cache is not None:
-            cache.refresh()
-        self._send_events()
-
-    def _send_events(self) -> None:
-        """Queue the events of a new sample for the OTLP logs pipeline (never waits on it);
-        a re-publication of the same sample (new pods) sends nothing."""
-        detector, events = getattr(self, "detector", None), getattr(self, "events", None)
-        snapshot = self.pipeline.store.latest
-        if detector is None or events is None or snapshot is None:
-            return
-        for event in detector.observe(snapshot):
-            events.emit(event)
-
-    def _body(self, profiles: list[naming.Profile]) -> bytes:
-        """The whole exposition, every part from the same snapshot."""
-        snapshot = self.pipeline.store.latest
-        return self.telemetry.render(snapshot) + naming.render_profiles(profiles, snapshot)
 
     def start(self) -> None:
         self.server.start()

@@ -63,7 +63,7 @@ def test_pod_churn_rebuilds_the_pipeline_before_the_sdk_overflows(build_service)
         snap = snapshot(sample, seq=i + 1,
                         pods=Pods(attribute([gpu], state), None, float(i)))
         service.pipeline.publish_sample(snap)
-        service.pipeline.release_if_due()  # what the sampler thread does after publishing
+        service.pipeline.run_followups()  # what the sampler thread does after publishing
         body = service.cache.get().body.decode()
         assert f'k8s_pod_name="job-{i}"' in body, i
         assert "otel_metric_overflow" not in body, i
@@ -189,3 +189,30 @@ service.stop(0.5)
                           timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["before False False", "after True True"], done.stdout
+
+
+def test_the_start_up_absence_line_on_a_mig_node_is_short_and_the_list_is_on_debug(
+        fake_nvml, caplog):
+    """On a MIG node most values are missing on the instances by design: the INFO line
+    names what whole GPUs lack, and only counts (naming a few) what the instances alone
+    lack; that list is at debug level."""
+    import logging
+
+    fake_nvml("a100-mig")
+    nvml = Nvml()
+    nvml.init()
+    config = load({"pod_attribution": "false"}, environ={})
+    with caplog.at_level(logging.DEBUG, logger="otel_gpu.sample.sampler"):
+        sample_once(config, nvml)
+    info = [r.getMessage() for r in caplog.records
+            if r.levelno == logging.INFO and "not available" in r.getMessage()]
+    debug = [r.getMessage() for r in caplog.records
+             if r.levelno == logging.DEBUG and "not available" in r.getMessage()]
+    assert len(info) == 1 and len(info[0]) <= 600, info  # was 1,946 characters
+    (instances,) = [c for c in info[0].split("; ") if "value(s) on" in c]
+    assert instances.startswith("39 value(s) on 4 MIG instances") and len(instances) <= 200
+    assert "GI 14" not in info[0] and "row_remap_histogram" not in info[0]
+    # what GPUs lack: in full, their instances counted
+    assert "fan (NOT_SUPPORTED) on 7 devices (GPU 0, GPU 0's 4 MIG instances, GPU 1" in info[0]
+    assert debug and "row_remap_histogram (NOT_SUPPORTED)" in " ".join(debug)
+    assert "GPU 0 MIG 1g.5gb GI 14" in " ".join(debug)

@@ -17,7 +17,15 @@ from otel_gpu.instrument.catalog import (
 
 __all__ = ["markdown", "migration", "prometheus_name", "text_table"]
 
-def text_table(catalog: Sequence[Metric] = CATALOG) -> str:
+def documented() -> tuple[Metric, ...]:
+    """Every row the endpoint can serve: the catalog's and the GPU event detector's."""
+    from otel_gpu.export.events import EventDetector  # after naming, which imports this
+
+    return (*CATALOG, *EventDetector().metrics())
+
+
+def text_table(catalog: Sequence[Metric] | None = None) -> str:
+    catalog = documented() if catalog is None else catalog
     rows = [("NAME", "KIND", "UNIT", "PROMETHEUS", "DESCRIPTION")]
     rows += [(m.name, m.kind.value, m.unit, prometheus_name(m), m.description) for m in catalog]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
@@ -28,7 +36,8 @@ def text_table(catalog: Sequence[Metric] = CATALOG) -> str:
     return "\n".join(lines) + "\n"
 
 
-def markdown(catalog: Sequence[Metric] = CATALOG) -> str:
+def markdown(catalog: Sequence[Metric] | None = None) -> str:
+    catalog = documented() if catalog is None else catalog
     out = [
         "# Metrics",
         "",

@@ -12,29 +12,30 @@ flapping value is one episode, not one record per sample. A sample yields at
 most ``max_events`` events; the rest are counted in :attr:`EventDetector.dropped`.
 
 Nothing here exports: the records go out through :mod:`otel_gpu.export.otlp_logs`.
-The detector is called on the publishing thread only, once per sample.
+:class:`EventSubscriber` runs the detector on the publishing thread, as a
+subscriber of the publish loop.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from types import MappingProxyType
 
 from otel_gpu.export.naming import xid as xids
-from otel_gpu.instrument.catalog import (
+from otel_gpu.instrument.attributes import (
     GPU_INDEX,
     HPC_JOB,
     HW_ID,
-    HW_PARENT,
     HW_STATE,
     MIG_CI,
     MIG_GI,
-    PCI_BUS_ID,
-    Kind,
-    Metric,
+    device_attributes,
+    kubelet_numa_node,
     pod_labels,
 )
+from otel_gpu.instrument.schema import Kind, Metric
 from otel_gpu.sample.sources import (
     CLOCK_REASONS,
     ECC_UNCORRECTED,
@@ -203,11 +204,13 @@ class EventDetector:
         """The detector's own counters, as catalog rows (there at 0 from the start)."""
         return (
             Metric("otel_gpu.events", Kind.COUNTER, "{event}",
-                   "GPU events detected and handed to the OTLP logs pipeline since start.",
+                   "GPU events detected and handed to the OTLP logs pipeline since start "
+                   "(with OTLP on, where the events go).",
                    per_node=lambda snapshot, now: [(float(self.detected), {})],
                    source_doc="collector (event detector)"),
             Metric("otel_gpu.events.dropped", Kind.COUNTER, "{event}",
-                   f"GPU events not sent because one sample had more than {self.max_events}.",
+                   f"GPU events not sent because one sample had more than {self.max_events} "
+                   "(with OTLP on).",
                    per_node=lambda snapshot, now: [(float(self.dropped), {})],
                    source_doc="collector (event detector)"),
         )
@@ -303,8 +306,8 @@ class EventDetector:
             name, severity, hyst = THROTTLE
             yield from self._step(
                 ctx, dev, ("throttle", kind), (f"{name}.{kind}", severity, hyst), holds,
-                lambda k=kind: f"{label} is throttled ({k})",
-                lambda k=kind: f"{label} is no longer throttled ({k})",
+                partial("{} is throttled ({})".format, label, kind),
+                partial("{} is no longer throttled ({})".format, label, kind),
                 {THROTTLE_KIND: kind})
 
     def _ecc(self, ctx: _Context, dev: _DeviceState, label: str) -> Iterator[Event]:
@@ -321,7 +324,8 @@ class EventDetector:
                 holds = rise > 0
         episode = dev.episodes.setdefault(("ecc",), _Episode())
         if episode.active and rise:
-            episode.detail = {ECC_ERRORS: int(episode.detail.get(ECC_ERRORS, 0)) + int(rise)}
+            before = episode.detail.get(ECC_ERRORS, 0)
+            episode.detail = {ECC_ERRORS: (before if isinstance(before, int) else 0) + int(rise)}
         yield from self._step(
             ctx, dev, ("ecc",), ECC_RISING, holds,
             lambda: f"{label}: {int(rise)} new uncorrectable ECC error(s), {int(count or 0)} "
@@ -365,8 +369,8 @@ class EventDetector:
             if seen >> link & 1:
                 holds = _UNKNOWN if active is None else not active >> link & 1
                 yield from self._step(ctx, dev, ("nvlink", link), NVLINK_DOWN, holds,
-                                      lambda n=link: f"{label}: NVLink {n} is down",
-                                      lambda n=link: f"{label}: NVLink {n} is up again",
+                                      partial("{}: NVLink {} is down".format, label, link),
+                                      partial("{}: NVLink {} is up again".format, label, link),
                                       {NVLINK_LINK: link})
             link += 1
 
@@ -404,6 +408,19 @@ class EventDetector:
             yield Event(name, INFO, end_body(), now, attrs)
 
 
+class EventSubscriber:
+    """A publish-loop subscriber: hands the events of each new sample to ``emit`` (which
+    queues them for the OTLP logs pipeline and never waits on the backend)."""
+
+    def __init__(self, detector: EventDetector, emit: Callable[[Event], None]) -> None:
+        self.detector = detector
+        self._emit = emit
+
+    def published(self, snapshot: Snapshot) -> None:
+        for event in self.detector.observe(snapshot):
+            self._emit(event)
+
+
 def _flag(values: Mapping[str, float], key: str, readable: bool) -> object:
     if not readable or key not in values:
         return _UNKNOWN
@@ -436,18 +453,12 @@ class _Context:
         return None
 
     def attributes(self, target: DeviceSample | None = None) -> dict[str, object]:
-        """The device's identity and its holder: the pod holding it whole (moved into the
-        Resource by the exporter), else every holder's name in one attribute."""
+        """The device's attributes (the instruments' own: :func:`device_attributes`) and its
+        holder: the pod holding it whole (moved into the Resource by the exporter), else
+        every holder's name in one attribute."""
         device = (target or self.sample).device
-        attrs: dict[str, object] = {HW_ID: device.uuid, GPU_INDEX: device.index}
-        if device.pci_bus_id:
-            attrs[PCI_BUS_ID] = device.pci_bus_id
-        if device.parent_uuid:
-            attrs[HW_PARENT] = device.parent_uuid
-            if device.gpu_instance_id is not None:
-                attrs[MIG_GI] = device.gpu_instance_id
-            if device.compute_instance_id is not None:
-                attrs[MIG_CI] = device.compute_instance_id
+        attrs: dict[str, object] = dict(device_attributes(
+            device, self.snapshot.driver_version, kubelet_numa_node(self.snapshot, device)))
         jobs = self.snapshot.series_jobs(device.uuid)
         if jobs:  # as on the device's metrics: under the job's Resource with OTLP
             attrs[HPC_JOB] = ",".join(jobs)

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 class Rows(OtlpRows, Protocol):
     """The settings the exporters read (a :class:`~otel_gpu.config.Config` has them)."""
 
-    exporters: tuple[str, ...] | None
+    @property
+    def exporters(self) -> tuple[str, ...] | None: ...
 
 
 class Exporter(Protocol):

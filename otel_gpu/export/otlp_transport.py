@@ -40,20 +40,33 @@ class OtlpSetupError(SetupError):
 
 
 class OtlpRows(Protocol):
-    """The rows of a :class:`~otel_gpu.config.Config` the OTLP settings come from."""
+    """The rows of a :class:`~otel_gpu.config.Config` the OTLP settings come from (read-only,
+    as a frozen ``Config`` has them)."""
 
-    otlp_endpoint: str | None
-    otlp_protocol: str | None
-    otlp_headers_file: str | None
-    otlp_insecure: bool | None
-    otlp_certificate: str | None
-    otlp_client_certificate: str | None
-    otlp_client_key: str | None
-    otlp_compression: str | None
-    otlp_timeout: float | None
-    otlp_interval: float | None
-    otlp_temporality: str | None
-    pod_identity: str
+    @property
+    def otlp_endpoint(self) -> str | None: ...
+    @property
+    def otlp_protocol(self) -> str | None: ...
+    @property
+    def otlp_headers_file(self) -> str | None: ...
+    @property
+    def otlp_insecure(self) -> bool | None: ...
+    @property
+    def otlp_certificate(self) -> str | None: ...
+    @property
+    def otlp_client_certificate(self) -> str | None: ...
+    @property
+    def otlp_client_key(self) -> str | None: ...
+    @property
+    def otlp_compression(self) -> str | None: ...
+    @property
+    def otlp_timeout(self) -> float | None: ...
+    @property
+    def otlp_interval(self) -> float | None: ...
+    @property
+    def otlp_temporality(self) -> str | None: ...
+    @property
+    def pod_identity(self) -> str: ...
 
 
 @dataclass(frozen=True)

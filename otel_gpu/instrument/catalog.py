@@ -1,10 +1,14 @@
 """The metric catalog: the one table every output of the metrics is built from.
 
-Each :class:`Metric` row says what the metric is called, which OpenTelemetry
-instrument carries it, its unit, where NVML provides the value and how the
-raw NVML value is converted. Instrument registration, ``otel-gpu metrics``
-and ``docs/metrics.md`` are all generated from :data:`CATALOG`, so a metric
-cannot be added in one place and forgotten in another.
+Each :class:`~otel_gpu.instrument.schema.Metric` row says what the metric is
+called, which OpenTelemetry instrument carries it, its unit, where NVML
+provides the value and how the raw NVML value is converted. Instrument
+registration, ``otel-gpu metrics`` and ``docs/metrics.md`` are all generated
+from :data:`CATALOG`, so a metric cannot be added in one place and forgotten
+in another. This module is the table and nothing else: the row schema is in
+:mod:`~otel_gpu.instrument.schema`, the attribute names in
+:mod:`~otel_gpu.instrument.attributes`, the rows that are not one reading in
+:mod:`~otel_gpu.instrument.observe`.
 
 Names follow the OpenTelemetry hardware semantic conventions (``hw.*``)
 where one exists. Values with no convention live in the documented vendor
@@ -13,10 +17,38 @@ namespace ``nvidia.gpu.*``; the collector's own health is ``otel_gpu.*``.
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 
+from otel_gpu.instrument import observe
+from otel_gpu.instrument.attributes import (
+    DEVICE_ATTRIBUTES,
+    ENERGY_RULE,
+    HPC_JOB,
+    HW_ID,
+    HW_STATE,
+    IDENTITY_ATTRIBUTES,
+    K8S_RESOURCE,
+    POD_ATTRIBUTES,
+    PROCESS_OWNER,
+    REPLICA,
+    UNATTRIBUTED,
+    USAGE_ATTRIBUTES,
+    WORKLOAD_ATTRIBUTES,
+)
+from otel_gpu.instrument.schema import (
+    KB_PER_S,
+    KIB,
+    MHZ,
+    MIB,
+    MILLI,
+    NANO,
+    PERCENT,
+    Kind,
+    Metric,
+    Point,
+    device_observations,
+)
+from otel_gpu.instrument.schema import all_sources as _all_sources
 from otel_gpu.sample.sources import (
     CLOCK_GRAPHICS,
     CLOCK_MAX_GRAPHICS,
@@ -96,362 +128,16 @@ from otel_gpu.sample.sources import (
     VIOLATIONS,
     Source,
 )
-from otel_gpu.snapshot import FAILED, STATES, DeviceSample, PodEnergy, PodRef, PodUsage, Snapshot
 
+__all__ = [  # the table, and the names the other stages have always taken from here
+    "CATALOG", "DEVICE_ATTRIBUTES", "HPC_JOB", "IDENTITY_ATTRIBUTES", "POD_ATTRIBUTES",
+    "WORKLOAD_ATTRIBUTES", "Kind", "Metric", "all_sources", "device_observations",
+]
 
-class Kind(str, enum.Enum):
-    """OpenTelemetry observable instrument kinds used by the catalog."""
-
-    GAUGE = "gauge"
-    COUNTER = "counter"
-    UPDOWNCOUNTER = "updowncounter"
-
-
-@dataclass(frozen=True)
-class Conversion:
-    """A linear conversion from NVML's unit to the metric's unit."""
-
-    label: str
-    factor: float
-
-
-AS_IS = Conversion("as is", 1.0)
-PERCENT = Conversion("percent / 100", 0.01)
-MILLI = Conversion("/ 1000", 0.001)
-MHZ = Conversion("MHz * 10^6", 1e6)
-KIB = Conversion("KiB * 1024", 1024.0)
-KB_PER_S = Conversion("KB/s * 1024", 1024.0)
-NANO = Conversion("ns / 10^9", 1e-9)
-MIB = Conversion("MiB * 2^20", 1048576.0)
-
-
-@dataclass(frozen=True)
-class Point:
-    """One series of a metric per device: a source, fixed attributes, conversion.
-
-    ``per`` makes the point a ratio of two sources (used / total); ``bit``
-    turns a bitmask source into a 0/1 value.
-    """
-
-    source: Source
-    attributes: Mapping[str, str] = field(default_factory=dict)
-    conversion: Conversion = AS_IS
-    per: Source | None = None
-    bit: int | None = None
-
-    def value(self, values: Mapping[str, float]) -> float | None:
-        raw = values.get(self.source.key)
-        if raw is None:
-            return None
-        if self.bit is not None:
-            return 1.0 if int(raw) & self.bit else 0.0
-        if self.per is not None:
-            total = values.get(self.per.key)
-            if not total:
-                return None
-            return raw / total
-        return raw * self.conversion.factor
-
-
-Observation = tuple[float, Mapping[str, str]]
-
-
-@dataclass(frozen=True)
-class Metric:
-    """One catalog row.
-
-    Most rows are declarative (``points``). A few values are not a reading of
-    one NVML value: those rows name a function of the device sample
-    (``per_device``) or of the whole snapshot (``per_node``).
-    """
-
-    name: str
-    kind: Kind
-    unit: str
-    description: str
-    points: tuple[Point, ...] = ()
-    per_device: Callable[[DeviceSample], Iterable[Observation]] | None = None
-    per_node: Callable[[Snapshot, float], Iterable[Observation]] | None = None
-    source_doc: str = ""
-    """How the value is obtained, for rows without points."""
-    attributes: tuple[str, ...] = ()
-    """Attribute keys a ``per_device``/``per_node`` row adds, for the docs."""
-    reported_when_failed: bool = False
-    """Whether a failed device keeps this series (its status, XID counts and sample age)."""
-    describes_device: bool = False
-    """Whether the series carry every attribute of the device, the descriptive ones too,
-    and none of its pods' or jobs': the info metric, which holds what the other series
-    leave out under ``device_attributes: identity`` and stays put while pods come and go."""
-
-    def attribute_keys(self) -> list[str]:
-        """Attribute keys this metric adds beyond the device's own."""
-        keys = [k for p in self.points for k in p.attributes] + list(self.attributes)
-        return list(dict.fromkeys(keys))
-
-    @property
-    def sources(self) -> tuple[Source, ...]:
-        found: list[Source] = []
-        for point in self.points:
-            for src in (point.source, point.per):
-                if src is not None and src not in found:
-                    found.append(src)
-        return tuple(found)
-
-    def describe_source(self) -> str:
-        if self.source_doc:
-            return self.source_doc
-        parts = []
-        for point in self.points:
-            text = point.source.nvml
-            if point.per is not None:
-                text += f" / {point.per.nvml}"
-            elif point.bit is not None:
-                text += f" & 0x{point.bit:x}"
-            if point.conversion is not AS_IS:
-                text += f" ({point.conversion.label})"
-            if point.attributes:
-                attrs = ", ".join(f"{k}={v}" for k, v in point.attributes.items())
-                text += f" [{attrs}]"
-            parts.append(text)
-        return "; ".join(parts)
-
-
-# Attribute names. The hw.* ones are OpenTelemetry's; the others are ours.
-HW_ID = "hw.id"
-HW_NAME = "hw.name"
-HW_VENDOR = "hw.vendor"
-HW_MODEL = "hw.model"
-HW_PARENT = "hw.parent"
-HW_TYPE = "hw.type"
-HW_DRIVER_VERSION = "hw.driver_version"
-HW_SERIAL = "hw.serial_number"
-HW_STATE = "hw.state"
-GPU_INDEX = "nvidia.gpu.index"
-PCI_BUS_ID = "nvidia.gpu.pci_bus_id"
-MIG_PROFILE = "nvidia.gpu.mig.profile"
-MIG_GI = "nvidia.gpu.mig.gpu_instance_id"
-MIG_CI = "nvidia.gpu.mig.compute_instance_id"
-NUMA_NODE = "nvidia.gpu.numa_node"
-K8S_POD = "k8s.pod.name"
-K8S_NAMESPACE = "k8s.namespace.name"
-K8S_CONTAINER = "k8s.container.name"
-K8S_POD_UID = "k8s.pod.uid"
-K8S_RESOURCE = "nvidia.gpu.k8s.resource"
-REPLICA = "nvidia.gpu.k8s.replica"
-POD_ATTRIBUTES = (K8S_POD, K8S_NAMESPACE, K8S_CONTAINER, K8S_POD_UID)
-CONTAINER_ID = "container.id"
-CONTAINER_NAME = "container.name"
-CONTAINER_IMAGE = "container.image.name"
-CONTAINER_ATTRIBUTES = (CONTAINER_ID, CONTAINER_NAME, CONTAINER_IMAGE)
-HPC_JOB = "nvidia.gpu.hpc.job.id"
-"""HPC (Slurm) job ids using the device, comma-separated; OpenTelemetry has no convention
-for a batch job yet (see docs/hpc.md)."""
-
-IDENTITY_ATTRIBUTES: frozenset[str] = frozenset(
-    {HW_ID, HW_TYPE, GPU_INDEX, HW_PARENT, MIG_PROFILE, MIG_GI, MIG_CI})
-"""The device attributes every series of a device carries (with its pods and jobs): what
-tells one device from another. The others describe the device and never change while it is
-there; with ``device_attributes: identity`` (the default) only ``nvidia.gpu.info`` carries
-them, so that each series costs a collection fewer attributes to clean and hash."""
-WORKLOAD_ATTRIBUTES: tuple[str, ...] = (*POD_ATTRIBUTES, HPC_JOB, *CONTAINER_ATTRIBUTES)
-"""The pod, HPC job and container attributes: on every series of a device, never on its
-info series; with OTLP, in the workload's Resource."""
-
-DEVICE_ATTRIBUTES: tuple[tuple[str, str], ...] = (
-    (HW_ID, "GPU UUID (`GPU-...`) or MIG instance UUID (`MIG-...`)"),
-    (HW_TYPE, "always `gpu`"),
-    (HW_VENDOR, "always `NVIDIA`"),
-    (HW_MODEL, "product name of the physical GPU, e.g. `NVIDIA H100 80GB HBM3`"),
-    (HW_NAME, "NVML name of this device; a MIG instance's names its profile"),
-    (HW_PARENT, "MIG instances only: the UUID of the GPU they are carved from"),
-    (HW_DRIVER_VERSION, "NVIDIA driver version"),
-    (HW_SERIAL, "board serial number, when NVML reports one (GPUs only)"),
-    (GPU_INDEX, "NVML index of the GPU (of the parent GPU for a MIG instance)"),
-    (PCI_BUS_ID, "PCI bus id as NVML writes it, e.g. `00000000:18:00.0`"),
-    (MIG_PROFILE, "MIG instances only: profile, e.g. `1g.10gb`"),
-    (MIG_GI, "MIG instances only: GPU instance id"),
-    (MIG_CI, "MIG instances only: compute instance id"),
-    (NUMA_NODE, "NUMA node of the GPU (kubelet topology, else NVML, else sysfs), when known"),
-    (K8S_POD, "pod holding the device whole (Kubernetes attribution on; absent on shared "
-              "or free devices)"),
-    (K8S_NAMESPACE, "namespace of that pod"),
-    (K8S_CONTAINER, "container of that pod holding the device"),
-    (K8S_POD_UID, "UID of that pod, where the node's files say it (the kubelet's pod log "
-                  "directories, `pod_log_root`)"),
-    (HPC_JOB, "HPC (Slurm) jobs using the device, comma-separated, from the job mapping "
-              "directory and the processes' cgroups (`hpc_job_mapping_dir`, `process_usage`)"),
-    (CONTAINER_ID, "container outside Kubernetes whose processes alone use the device, from "
-                   "their cgroups (`process_usage`; docs/containers.md)"),
-    (CONTAINER_NAME, "that container's name, from the runtime's API (`container_socket`)"),
-    (CONTAINER_IMAGE, "that container's image, without its tag"),
-)
-
-
-# --- rows that are not one reading --------------------------------------------
-
-
-def _status(sample: DeviceSample) -> Iterable[Observation]:
-    for state in STATES:
-        yield (1.0 if sample.state == state else 0.0), {HW_STATE: state}
-
-
-def _xid(sample: DeviceSample) -> Iterable[Observation]:
-    for code, count in sorted(sample.xid_counts.items()):
-        yield float(count), {"nvidia.gpu.xid": str(code)}
-
-
-def _device_age(sample: DeviceSample) -> Iterable[Observation]:
-    yield sample.age, {}
-
-
-def _info(sample: DeviceSample) -> Iterable[Observation]:
-    yield 1.0, {}
-
-
-def _sample_age(snapshot: Snapshot, now: float) -> Iterable[Observation]:
-    yield max(0.0, now - snapshot.taken_monotonic), {}
-
-
-def _sample_duration(snapshot: Snapshot, now: float) -> Iterable[Observation]:
-    yield snapshot.duration, {}
-
-
-def _samples(snapshot: Snapshot, now: float) -> Iterable[Observation]:
-    yield float(snapshot.seq), {}
-
-
-def _nvml_requests(snapshot: Snapshot, now: float) -> Iterable[Observation]:
-    yield float(snapshot.nvml_calls), {}
-
-
-def _devices(snapshot: Snapshot, now: float) -> Iterable[Observation]:
-    counts = dict.fromkeys(STATES, 0)
-    for sample in snapshot.devices:
-        counts[sample.state] += 1
-    for state, count in counts.items():
-        yield float(count), {HW_STATE: state}
-
-
-def pod_labels(ref: PodRef) -> dict[str, str]:
-    """A container's attributes under the OpenTelemetry Kubernetes conventions."""
-    return ref.attributes()
-
-
-def _allocations(snapshot: Snapshot, now: float) -> Iterable[Observation]:
-    for row in snapshot.allocations():
-        attrs = {HW_ID: row.uuid, **pod_labels(row.ref), K8S_RESOURCE: row.resource_name}
-        if row.replica is not None:
-            attrs[REPLICA] = str(row.replica)
-        yield 1.0, attrs
-
-
-def _allocated(snapshot: Snapshot, now: float) -> Iterable[Observation]:
-    if snapshot.pods is None:
-        return
-    for summary in snapshot.pods.attribution.summary():
-        yield float(summary.allocated), {K8S_RESOURCE: summary.resource_name}
-
-
-def _allocatable(snapshot: Snapshot, now: float) -> Iterable[Observation]:
-    if snapshot.pods is None:
-        return
-    for summary in snapshot.pods.attribution.summary():
-        if summary.allocatable is not None:
-            yield float(summary.allocatable), {K8S_RESOURCE: summary.resource_name}
-
-
-def _numa_alignment(snapshot: Snapshot, now: float) -> Iterable[Observation]:
-    if snapshot.pods is None:
-        return
-    for row in snapshot.pods.attribution.numa_alignment():
-        yield row.fraction, {HW_ID: row.uuid, **pod_labels(row.ref)}
-
-
-def _kubelet_requests(snapshot: Snapshot, now: float) -> Iterable[Observation]:
-    if snapshot.pods is None or snapshot.pods.kubelet is None:
-        return
-    for (rpc, code), count in sorted(snapshot.pods.kubelet.requests.items()):
-        yield float(count), {"rpc.method": rpc, "rpc.grpc.status_code": code}
-
-
-def _mapping_age(snapshot: Snapshot, now: float) -> Iterable[Observation]:
-    if snapshot.pods is not None and snapshot.pods.mapping_taken_monotonic is not None:
-        yield max(0.0, now - snapshot.pods.mapping_taken_monotonic), {}
-
-
-def _attributed_pods(snapshot: Snapshot, now: float) -> Iterable[Observation]:
-    if snapshot.pods is not None:
-        rows = snapshot.allocations()
-        yield float(len({(r.namespace, r.pod) for r in rows})), {}
-
-
-def _attributed_devices(snapshot: Snapshot, now: float) -> Iterable[Observation]:
-    if snapshot.pods is not None:
-        yield float(len(snapshot.pods.attribution.attributed_uuids())), {}
-
-
-def _unresolved_ids(snapshot: Snapshot, now: float) -> Iterable[Observation]:
-    if snapshot.pods is not None:
-        yield float(len(snapshot.pods.attribution.unresolved)), {}
-
-
-# Per-pod usage (process_usage): one series per (device, container), and one per device
-# for the processes of no pod, marked by PROCESS_OWNER instead of pod attributes.
-PROCESS_OWNER = "nvidia.gpu.process.owner"
-UNATTRIBUTED = "unattributed"
-USAGE_ATTRIBUTES = (HW_ID, *POD_ATTRIBUTES, *CONTAINER_ATTRIBUTES, PROCESS_OWNER)
 _TO_CONTAINER = "per container (/proc/PID/cgroup, kubelet /var/log/pods)"
 _SHARE_SOURCE = ("nvmlDeviceGetProcessesUtilizationInfo (else nvmlDeviceGetProcessUtilization) "
                  ".{field} (percent / 100), averaged per process since the previous sample, "
                  "summed " + _TO_CONTAINER)
-
-
-def usage_labels(row: PodUsage | PodEnergy) -> dict[str, str]:
-    """A usage row's attributes: the device and the container, or the unattributed mark."""
-    if row.pod is None:
-        return {HW_ID: row.uuid, PROCESS_OWNER: UNATTRIBUTED}
-    return {HW_ID: row.uuid, **row.pod.attributes()}
-
-
-def _usage(field: str) -> Callable[[Snapshot, float], Iterable[Observation]]:
-    def observe(snapshot: Snapshot, now: float) -> Iterable[Observation]:
-        for row in snapshot.usage():
-            value = getattr(row, field)
-            if value is not None:
-                yield float(value), usage_labels(row)
-
-    return observe
-
-
-def _usage_metric(name: str, kind: Kind, unit: str, description: str, field: str,
-                  source: str) -> Metric:
-    return Metric(
-        name, kind, unit, description + " Process usage only; the processes of no pod are "
-        f"summed under {PROCESS_OWNER}={UNATTRIBUTED}.",
-        per_node=_usage(field),
-        attributes=USAGE_ATTRIBUTES,
-        source_doc=source,
-    )
-
-
-# Energy per pod (otel_gpu.attribute.k8s.energy): the same series as the usage metrics, from the
-# device's energy counter, whether or not process usage is on.
-ENERGY_RULE = "nvidia.gpu.energy.rule"
-
-
-def _energy(snapshot: Snapshot, now: float) -> Iterable[Observation]:
-    if snapshot.pods is None:
-        return
-    for row in snapshot.pods.energy:
-        yield row.millijoules * MILLI.factor, usage_labels(row)
-
-
-def _energy_rules(snapshot: Snapshot, now: float) -> Iterable[Observation]:
-    if snapshot.pods is None:
-        return
-    for uuid, rule in dict((row.uuid, row.rule) for row in snapshot.pods.energy).items():
-        yield 1.0, {HW_ID: uuid, ENERGY_RULE: rule}
-
 
 CATALOG: tuple[Metric, ...] = (
     # OpenTelemetry hardware semantic conventions
@@ -517,7 +203,7 @@ CATALOG: tuple[Metric, ...] = (
         "hw.status", Kind.UPDOWNCOUNTER, "1",
         "Device state: one series per hw.state, 1 for the current state and 0 for the others "
         "(a hung device keeps its last state; see otel_gpu.device.sample.age).",
-        per_device=_status,
+        per_device=observe.status,
         attributes=(HW_STATE,),
         reported_when_failed=True,
         source_doc=(
@@ -533,7 +219,7 @@ CATALOG: tuple[Metric, ...] = (
         "driver version, serial number, PCI bus id and NUMA node beside hw.id. With "
         "device_attributes identity, the other series carry only the device's identity and "
         "its pods: join it on hw.id for the rest.",
-        per_device=_info,
+        per_device=observe.info,
         reported_when_failed=True,
         describes_device=True,
         source_doc="collector (device discovery)",
@@ -727,7 +413,7 @@ CATALOG: tuple[Metric, ...] = (
         "nvidia.gpu.xid.errors", Kind.COUNTER, "{error}",
         "XID errors reported by the driver since the collector started, per XID code; the "
         "common codes are there at 0 from discovery on, so the first one is an increase.",
-        per_device=_xid,
+        per_device=observe.xid,
         attributes=("nvidia.gpu.xid",),
         reported_when_failed=True,
         source_doc="nvmlEventSetWait_v2 (XID critical error events), counted per `nvidia.gpu.xid`",
@@ -818,59 +504,59 @@ CATALOG: tuple[Metric, ...] = (
         "nvidia.gpu.k8s.allocation", Kind.GAUGE, "1",
         "1 for each container a device is allocated to (one series per replica on shared "
         "GPUs): join it with device metrics on hw.id to see every pod sharing a GPU.",
-        per_node=_allocations,
+        per_node=observe.allocations,
         attributes=(HW_ID, *POD_ATTRIBUTES, K8S_RESOURCE, REPLICA),
         source_doc="kubelet Pod Resources List",
     ),
     Metric(
         "nvidia.gpu.k8s.allocated", Kind.UPDOWNCOUNTER, "{device}",
         "Device ids of a resource allocated to containers on this node.",
-        per_node=_allocated,
+        per_node=observe.allocated,
         attributes=(K8S_RESOURCE,),
         source_doc="kubelet Pod Resources List",
     ),
     Metric(
         "nvidia.gpu.k8s.allocatable", Kind.UPDOWNCOUNTER, "{device}",
         "Device ids of a resource the kubelet can allocate on this node.",
-        per_node=_allocatable,
+        per_node=observe.allocatable,
         attributes=(K8S_RESOURCE,),
         source_doc="kubelet Pod Resources GetAllocatableResources",
     ),
     Metric(
         "nvidia.gpu.numa.alignment", Kind.GAUGE, "1",
         "Fraction of a container's exclusive CPUs on its GPU's NUMA node (1 = aligned).",
-        per_node=_numa_alignment,
+        per_node=observe.numa_alignment,
         attributes=(HW_ID, *POD_ATTRIBUTES),
         source_doc="kubelet cpu_ids and topology; sysfs node*/cpulist",
     ),
-    _usage_metric(
+    observe.usage_metric(
         "nvidia.gpu.k8s.memory.usage", Kind.UPDOWNCOUNTER, "By",
         "GPU memory held by a container's processes on a device (0 for a container holding "
         "the device with none running).", "used_memory",
         "nvmlDeviceGetComputeRunningProcesses .usedGpuMemory, summed " + _TO_CONTAINER,
     ),
-    _usage_metric(
+    observe.usage_metric(
         "nvidia.gpu.k8s.sm.utilization", Kind.GAUGE, "1",
         "Share of the device's SM time a container's processes used since the previous "
         "sample (absent on MIG instances: NVML has no per-process utilization there).",
         "sm", _SHARE_SOURCE.format(field="smUtil"),
     ),
-    _usage_metric(
+    observe.usage_metric(
         "nvidia.gpu.k8s.memory_controller.utilization", Kind.GAUGE, "1",
         "Share of the device's memory-controller time a container's processes used since "
         "the previous sample.", "memory", _SHARE_SOURCE.format(field="memUtil"),
     ),
-    _usage_metric(
+    observe.usage_metric(
         "nvidia.gpu.k8s.encoder.utilization", Kind.GAUGE, "1",
         "Share of the device's video encoder time a container's processes used since the "
         "previous sample.", "encoder", _SHARE_SOURCE.format(field="encUtil"),
     ),
-    _usage_metric(
+    observe.usage_metric(
         "nvidia.gpu.k8s.decoder.utilization", Kind.GAUGE, "1",
         "Share of the device's video decoder time a container's processes used since the "
         "previous sample.", "decoder", _SHARE_SOURCE.format(field="decUtil"),
     ),
-    _usage_metric(
+    observe.usage_metric(
         "nvidia.gpu.k8s.processes", Kind.UPDOWNCOUNTER, "{process}",
         "Compute processes of a container on a device.", "processes",
         "nvmlDeviceGetComputeRunningProcesses, counted " + _TO_CONTAINER,
@@ -882,7 +568,7 @@ CATALOG: tuple[Metric, ...] = (
         "of SM time on a shared GPU (process usage), a MIG instance's part by activity or "
         f"compute slices. The rest, and what came before, is under {PROCESS_OWNER}="
         f"{UNATTRIBUTED}; a GPU's series (its MIG instances' included) add up to hw.energy.",
-        per_node=_energy,
+        per_node=observe.energy,
         attributes=USAGE_ATTRIBUTES,
         source_doc="nvmlDeviceGetFieldValues TOTAL_ENERGY_CONSUMPTION increase (/ 1000), split "
         "per container (exclusive holder, process SM shares, MIG GPM SM_UTIL or slices)",
@@ -892,7 +578,7 @@ CATALOG: tuple[Metric, ...] = (
         "1 for each device, with the rule its energy is split by now: exclusive, "
         "sm_share, unattributed (shared without per-process shares, or free), mig_activity "
         "or mig_slices (a GPU in MIG mode, across its instances).",
-        per_node=_energy_rules,
+        per_node=observe.energy_rules,
         attributes=(HW_ID, ENERGY_RULE),
         source_doc="collector (energy accounting)",
     ),
@@ -900,70 +586,70 @@ CATALOG: tuple[Metric, ...] = (
     Metric(
         "otel_gpu.kubelet.requests", Kind.COUNTER, "{request}",
         "Requests to the kubelet Pod Resources API, by RPC and gRPC status.",
-        per_node=_kubelet_requests,
+        per_node=observe.kubelet_requests,
         attributes=("rpc.method", "rpc.grpc.status_code"),
         source_doc="collector",
     ),
     Metric(
         "otel_gpu.kubelet.mapping.age", Kind.GAUGE, "s",
         "Seconds since the pod mapping in use was read from the kubelet.",
-        per_node=_mapping_age,
+        per_node=observe.mapping_age,
         source_doc="collector clock",
     ),
     Metric(
         "otel_gpu.kubelet.pods", Kind.UPDOWNCOUNTER, "{pod}",
         "Pods holding at least one of this node's GPUs or MIG instances.",
-        per_node=_attributed_pods,
+        per_node=observe.attributed_pods,
         source_doc="collector",
     ),
     Metric(
         "otel_gpu.kubelet.devices", Kind.UPDOWNCOUNTER, "{device}",
         "GPUs and MIG instances attributed to at least one pod.",
-        per_node=_attributed_devices,
+        per_node=observe.attributed_devices,
         source_doc="collector",
     ),
     Metric(
         "otel_gpu.kubelet.unresolved_ids", Kind.GAUGE, "{id}",
         "Device ids allocated to containers that match no GPU or MIG instance on this node.",
-        per_node=_unresolved_ids,
+        per_node=observe.unresolved_ids,
         source_doc="kubelet Pod Resources List",
     ),
     Metric(
         "otel_gpu.device.sample.age", Kind.GAUGE, "s",
         "Seconds from a device's last finished read to the end of the latest sample: near 0, "
         "and growing while a driver call on that device hangs (its values are then omitted).",
-        per_device=_device_age,
+        per_device=observe.device_age,
         reported_when_failed=True,
         source_doc="collector clock, per device",
     ),
     Metric(
         "otel_gpu.sample.age", Kind.GAUGE, "s",
         "Seconds since the latest sample finished; grows when the driver is stuck.",
-        per_node=_sample_age,
+        per_node=observe.sample_age,
         source_doc="collector clock",
     ),
     Metric(
         "otel_gpu.sample.duration", Kind.GAUGE, "s",
         "Seconds the latest sample took.",
-        per_node=_sample_duration,
+        per_node=observe.sample_duration,
         source_doc="collector clock",
     ),
     Metric(
         "otel_gpu.samples", Kind.COUNTER, "{sample}",
         "Samples taken since start.",
-        per_node=_samples,
+        per_node=observe.samples,
         source_doc="collector",
     ),
     Metric(
         "otel_gpu.nvml.requests", Kind.COUNTER, "{request}",
         "NVML requests made since start; scrapes never add to it.",
-        per_node=_nvml_requests,
+        per_node=observe.nvml_requests,
         source_doc="collector",
     ),
     Metric(
         "otel_gpu.devices", Kind.UPDOWNCOUNTER, "{device}",
         "GPUs and MIG instances known to the collector, per hw.state.",
-        per_node=_devices,
+        per_node=observe.devices,
         attributes=(HW_STATE,),
         source_doc="collector",
     ),
@@ -972,26 +658,4 @@ CATALOG: tuple[Metric, ...] = (
 
 def all_sources(catalog: Iterable[Metric] = CATALOG) -> tuple[Source, ...]:
     """Every NVML source the catalog needs, in catalog order, once each."""
-    found: dict[str, Source] = {}
-    for metric in catalog:
-        for src in metric.sources:
-            found.setdefault(src.key, src)
-    return tuple(found.values())
-
-
-def device_observations(metric: Metric, sample: DeviceSample) -> list[Observation]:
-    """The metric's values for one device, without the device's own attributes.
-
-    A failed device yields only ``hw.status``: its other series are dropped
-    rather than frozen at their last value.
-    """
-    if sample.state == FAILED and not metric.reported_when_failed:
-        return []
-    if metric.per_device is not None:
-        return list(metric.per_device(sample))
-    out: list[Observation] = []
-    for point in metric.points:
-        value = point.value(sample.values)
-        if value is not None:
-            out.append((value, point.attributes))
-    return out
+    return _all_sources(catalog)

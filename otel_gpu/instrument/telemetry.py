@@ -1,16 +1,13 @@
-"""The instrument stage: the Resource, the MeterProvider, one instrument per catalog row.
-
-Every instrument is an observable one whose callback reads the latest
-snapshot from the store. A callback never calls NVML or the kubelet: each
-reader collection (a Prometheus scrape, an OTLP export) runs every callback
-again, so anything slow here would be paid once per reader per collection.
+"""The provider: the node's Resource, the MeterProvider and its readers.
 
 The SDK folds a metric's attribute sets past its cardinality limit (2000 per
 metric and reader by default) into one ``otel.metric.overflow`` series. A
 node with 2,500 time-sliced pods has 2,500 allocation series, so the limit
 is sized from the latest snapshot each time the MeterProvider is built
-(:func:`cardinality`), through a view that applies to every reader, and the
-pipeline rebuilds it when pods outgrow it (:class:`otel_gpu.publish.pipeline.PodChurn`).
+(:func:`otel_gpu.instrument.cardinality.cardinality`), through a view that applies to
+every reader, and :class:`otel_gpu.instrument.cardinality.CardinalityGuard` has it
+rebuilt when pods outgrow it. The instruments registered on it are
+:class:`otel_gpu.instrument.instruments.Instruments`.
 """
 
 from __future__ import annotations
@@ -20,60 +17,25 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Literal, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol, runtime_checkable
 
-from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, MetricsData
 from opentelemetry.sdk.metrics.view import View
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 
 from otel_gpu import __version__
-from otel_gpu.instrument.catalog import (
-    CATALOG,
-    GPU_INDEX,
-    HW_DRIVER_VERSION,
-    HW_ID,
-    HW_MODEL,
-    HW_NAME,
-    HW_PARENT,
-    HW_SERIAL,
-    HW_TYPE,
-    HW_VENDOR,
-    IDENTITY_ATTRIBUTES,
-    MIG_CI,
-    MIG_GI,
-    MIG_PROFILE,
-    NUMA_NODE,
-    PCI_BUS_ID,
-    Kind,
-    Metric,
-    device_observations,
-)
-from otel_gpu.publish.pipeline import room_for
-from otel_gpu.snapshot import Device, Snapshot
+from otel_gpu.instrument.attributes import ALL, DeviceAttributes
+from otel_gpu.instrument.cardinality import cardinality
+from otel_gpu.instrument.catalog import CATALOG
+from otel_gpu.instrument.instruments import Instruments
+from otel_gpu.instrument.schema import Metric
+from otel_gpu.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 
 SCOPE = "otel_gpu"
-
-SDK_CARDINALITY_LIMIT = 2000
-"""The SDK's default limit, and the floor of ours."""
-_UNSAMPLED = (64, 32)
-"""Before the first sample: devices (8 GPUs of 7 MIG instances each, and the
-GPUs), and series one device may have in one metric."""
-
-DeviceAttributes = Literal["identity", "all"]
-"""The ``device_attributes`` setting: which device attributes every series carries."""
-IDENTITY: DeviceAttributes = "identity"
-"""Only what identifies the device
-(:data:`~otel_gpu.instrument.catalog.IDENTITY_ATTRIBUTES`) and its pods and jobs; the
-descriptive attributes are on ``nvidia.gpu.info`` alone."""
-ALL: DeviceAttributes = "all"
-"""Every device attribute on every series (the default: what the hardware semantic
-conventions recommend, and what a backend without joins can group by)."""
-
 
 def build_resource(
     node_name: str | None = None, environ: Mapping[str, str] | None = None
@@ -103,203 +65,6 @@ def build_resource(
     if env.get("OTEL_SERVICE_NAME"):
         from_env["service.name"] = env["OTEL_SERVICE_NAME"]
     return resource.merge(Resource(from_env))
-
-
-def pod_attributes(snapshot: Snapshot, device: Device) -> dict[str, str | int]:
-    """The pod holding the device whole, the HPC jobs using it (comma-separated: one
-    series, however many jobs share it) and the one container outside Kubernetes using it
-    (:meth:`~otel_gpu.snapshot.Snapshot.workload_attributes`): on every series of the
-    device, whatever ``device_attributes`` says, since OTLP's per-workload Resources and
-    queries by pod need them."""
-    return dict(snapshot.workload_attributes(device.uuid))
-
-
-def kubelet_numa_node(snapshot: Snapshot, device: Device) -> int | None:
-    """The device's NUMA node as the kubelet's topology gives it, which beats NVML's and
-    sysfs' (None when the kubelet does not say)."""
-    if snapshot.pods is None:
-        return None
-    return snapshot.pods.attribution.numa_node(device.uuid)
-
-
-def identity_attributes(attrs: Mapping[str, str | int]) -> dict[str, str | int]:
-    """The part of a device's attributes that tells it from the others."""
-    return {key: value for key, value in attrs.items() if key in IDENTITY_ATTRIBUTES}
-
-
-def device_attributes(device: Device, driver_version: str | None) -> dict[str, str | int]:
-    """Every attribute of one device: what ``nvidia.gpu.info`` carries, and what every
-    series carries with ``device_attributes: all``."""
-    attrs: dict[str, str | int] = {
-        HW_ID: device.uuid,
-        HW_TYPE: "gpu",
-        HW_VENDOR: "NVIDIA",
-        HW_MODEL: device.model,
-        HW_NAME: device.name,
-        GPU_INDEX: device.index,
-        PCI_BUS_ID: device.pci_bus_id,
-    }
-    if driver_version:
-        attrs[HW_DRIVER_VERSION] = driver_version
-    if device.numa_node is not None:
-        attrs[NUMA_NODE] = device.numa_node
-    if device.serial:
-        attrs[HW_SERIAL] = device.serial
-    if device.is_mig:
-        attrs[HW_PARENT] = device.parent_uuid or ""
-        if device.mig_profile:
-            attrs[MIG_PROFILE] = device.mig_profile
-        if device.gpu_instance_id is not None:
-            attrs[MIG_GI] = device.gpu_instance_id
-        if device.compute_instance_id is not None:
-            attrs[MIG_CI] = device.compute_instance_id
-    return attrs
-
-
-class Instruments:
-    """Registers one observable instrument per catalog row on ``meter``.
-
-    ``latest`` returns the newest snapshot (or None before the first).
-    ``device_attributes``: :data:`IDENTITY` or :data:`ALL` (see those).
-    """
-
-    def __init__(
-        self,
-        meter: Meter,
-        latest: Callable[[], Snapshot | None],
-        *,
-        catalog: Sequence[Metric] = CATALOG,
-        clock: Callable[[], float] = time.monotonic,
-        device_attributes: DeviceAttributes = ALL,
-    ) -> None:
-        if device_attributes not in (IDENTITY, ALL):
-            raise ValueError(f"device_attributes: expected identity or all, "
-                             f"got {device_attributes!r}")
-        self._all = device_attributes == ALL
-        self._latest = latest
-        self._clock = clock
-        self._attr_cache: dict[tuple[Device, str | None], dict[str, str | int]] = {}
-        self._sets: dict[tuple, _AttributeSets] = {}
-        self._per_snapshot: tuple[Snapshot | None, dict[str, _AttributeSets]] = (None, {})
-        for metric in catalog:
-            self._register(meter, metric)
-
-    def _register(self, meter: Meter, metric: Metric) -> None:
-        create = {
-            Kind.GAUGE: meter.create_observable_gauge,
-            Kind.COUNTER: meter.create_observable_counter,
-            Kind.UPDOWNCOUNTER: meter.create_observable_up_down_counter,
-        }[metric.kind]
-        create(
-            metric.name,
-            callbacks=[lambda options, m=metric: self.observe(m, options)],
-            unit=metric.unit,
-            description=metric.description,
-        )
-
-    def _base_attributes(self, device: Device, driver: str | None) -> dict[str, str | int]:
-        key = (device, driver)
-        attrs = self._attr_cache.get(key)
-        if attrs is None:
-            if len(self._attr_cache) > 4096:  # devices come and go only on hot-plug
-                self._attr_cache.clear()
-            attrs = self._attr_cache[key] = device_attributes(device, driver)
-        return attrs
-
-    def observe(
-        self, metric: Metric, options: CallbackOptions | None = None
-    ) -> Iterable[Observation]:
-        snapshot = self._latest()
-        if snapshot is None:
-            return []
-        if metric.per_node is not None:
-            return [
-                Observation(value, dict(attrs))
-                for value, attrs in metric.per_node(snapshot, self._clock())
-            ]
-        out: list[Observation] = []
-        for sample in snapshot.devices:
-            points = device_observations(metric, sample)
-            if not points:
-                continue
-            sets = self._device_sets(snapshot, sample.device)
-            if metric.describes_device:
-                out.extend(Observation(value, {**sets.info, **attrs} if attrs else sets.info)
-                           for value, attrs in points)
-                continue
-            for value, attrs in points:
-                out.append(Observation(value, sets.with_point(attrs)))
-        return out
-
-    def _device_sets(self, snapshot: Snapshot, device: Device) -> _AttributeSets:
-        """The device's attribute sets in ``snapshot``: made once per snapshot, and the same
-        objects again while the device's pods (and its NUMA node) do not change."""
-        owner, by_uuid = self._per_snapshot
-        if owner is not snapshot:  # a local pair: another thread may be on another snapshot
-            owner, by_uuid = self._per_snapshot = (snapshot, {})
-        sets = by_uuid.get(device.uuid)
-        if sets is None:
-            pods = pod_attributes(snapshot, device)
-            numa = kubelet_numa_node(snapshot, device)
-            key = (device, snapshot.driver_version, numa, tuple(pods.items()))
-            sets = self._sets.get(key)
-            if sets is None:
-                if len(self._sets) > 4096:  # devices and their pods seen since the last rebuild
-                    self._sets.clear()
-                info = dict(self._base_attributes(device, snapshot.driver_version))
-                if numa is not None:
-                    info[NUMA_NODE] = numa
-                base = dict(info) if self._all else identity_attributes(info)
-                base.update(pods)
-                sets = self._sets[key] = _AttributeSets(base, info)
-            by_uuid[device.uuid] = sets
-        return sets
-
-
-class _AttributeSets:
-    """One device's attributes in one snapshot, made once for every metric; the same
-    objects again while its pods do not change. Never changed after they are made: the
-    SDK copies what it is given.
-
-    ``base``: what each of its series carries (its identity, or every attribute, and its
-    pods and jobs); ``info``: every attribute of the device, for ``nvidia.gpu.info``.
-    """
-
-    __slots__ = ("base", "info")
-
-    def __init__(self, base: dict[str, str | int], info: dict[str, str | int]) -> None:
-        self.base = base
-        self.info = info
-
-    def with_point(self, attrs: Mapping[str, str]) -> dict[str, str | int]:
-        return {**self.base, **attrs} if attrs else self.base
-
-
-def cardinality(
-    snapshot: Snapshot | None, catalog: Sequence[Metric] = CATALOG
-) -> tuple[int, int]:
-    """The cardinality limit for a MeterProvider built now, and the (device, pod)
-    pairs it has room for.
-
-    Between two rebuilds a metric collects at most (devices + pairs seen) x
-    fan-out attribute sets, the fan-out being the most series one device has
-    in any metric: a device's series take one set per exclusive owner it had,
-    the allocation metric one per pair. The limit leaves room for
-    :func:`~otel_gpu.publish.pipeline.room_for` the live pairs, and is never below the
-    SDK's default; a high limit costs nothing until sets exist.
-    """
-    if snapshot is None:
-        devices, fanout = _UNSAMPLED
-        pairs = 0
-    else:
-        devices = len(snapshot.devices)
-        fanout = max((len(device_observations(metric, sample))
-                      for metric in catalog if metric.per_node is None
-                      for sample in snapshot.devices), default=1)
-        fanout = max(fanout, 1)
-        pairs = len(snapshot.allocations()) + len(snapshot.jobs or ())
-    limit = max(SDK_CARDINALITY_LIMIT, fanout * (devices + room_for(pairs)))
-    return limit, limit // fanout - devices
 
 
 def build_meter_provider(
@@ -345,8 +110,8 @@ class Telemetry:
     """The MeterProvider and its readers, replaceable while scrapes and exports run.
 
     :meth:`rebuild` swaps in a new provider (releasing every attribute set the
-    SDK kept, see :class:`otel_gpu.publish.pipeline.PodChurn`) whose cardinality limit
-    is sized from the latest snapshot (:func:`cardinality`); the swap and
+    SDK kept, see :mod:`otel_gpu.instrument.cardinality`) whose cardinality limit
+    is sized from the latest snapshot; the swap and
     :meth:`render` share a private lock, so no render runs on a provider being
     retired, and the old one is shut down (its final OTLP export) on a
     short-lived thread of its own.

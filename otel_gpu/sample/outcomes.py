@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
 
 from otel_gpu._log import LogLimiter
@@ -96,22 +96,66 @@ def log_unsupported(devices: Iterable[Tracked]) -> None:
 
 
 def _log_missing(devices: Iterable[Tracked], attribute: str, what_happened: str) -> None:
+    """What only MIG instances lack (dozens of values, by design: NVML answers most of them
+    per GPU) is one clause, a count and the commonest few, with the full list at debug."""
     missing: dict[str, list[str]] = {}
+    instances: set[str] = set()
     for t in devices:
+        if t.device.is_mig:
+            instances.add(t.short_label())
         noted: list[str] = getattr(t.reads, attribute)
         for what in noted:
             missing.setdefault(what, []).append(t.short_label())
         noted.clear()
     if not missing:
         return
+    on_gpus = {w: labels for w, labels in missing.items() if not instances.issuperset(labels)}
+    on_instances = {w: labels for w, labels in missing.items() if w not in on_gpus}
+    clauses = _clauses(on_gpus, brief=True)
+    if on_instances:
+        clauses.append(_instances_clause(on_instances))
+        log.debug("%s (each device): %s", what_happened, "; ".join(_clauses(missing)))
+    log.info("%s: %s", what_happened, "; ".join(clauses))
+
+
+_SHOWN = 3
+"""Values named in the MIG instances' clause of the "not available" line."""
+
+
+def _clauses(missing: Mapping[str, list[str]], *, brief: bool = False) -> list[str]:
+    """``values on devices`` clauses, one per set of devices missing the same values;
+    ``brief``: a GPU's MIG instances counted (``GPU 0's 4 MIG instances``), not named."""
     by_devices: dict[tuple[str, ...], list[str]] = {}
     for what, labels in missing.items():
         by_devices.setdefault(tuple(labels), []).append(what)
     clauses = []
-    for names, whats in by_devices.items():
-        labels = list(names)
-        shown = ", ".join(labels[:_NAMED]) + (
-            f" and {len(labels) - _NAMED} more" if len(labels) > _NAMED else "")
-        where = labels[0] if len(labels) == 1 else f"{len(labels)} devices ({shown})"
+    for group, whats in by_devices.items():
+        names = _brief(group) if brief else list(group)
+        shown = ", ".join(names[:_NAMED]) + (
+            f" and {len(names) - _NAMED} more" if len(names) > _NAMED else "")
+        where = group[0] if len(group) == 1 else f"{len(group)} devices ({shown})"
         clauses.append(f"{', '.join(whats)} on {where}")
-    log.info("%s: %s", what_happened, "; ".join(clauses))
+    return clauses
+
+
+def _brief(labels: tuple[str, ...]) -> list[str]:
+    """Labels with each GPU's MIG instances folded into one count, in first-seen order."""
+    counts: dict[str, int] = {}  # a label, or "GPU n MIG" for GPU n's instances
+    for label in labels:
+        gpu, mig, _ = label.partition(" MIG ")
+        key = f"{gpu} MIG" if mig else label
+        counts[key] = counts.get(key, 0) + 1
+    return [f"{key.removesuffix(' MIG')}'s {n} MIG instance{'s' if n > 1 else ''}"
+            if key.endswith(" MIG") else key for key, n in counts.items()]
+
+
+def _instances_clause(missing: Mapping[str, list[str]]) -> str:
+    """The MIG instances' part of the line: how many values on how many, the commonest few."""
+    count = len({label for labels in missing.values() for label in labels})
+    common = sorted(missing, key=lambda what: -len(missing[what]))
+    shown = ", ".join(common[:_SHOWN])
+    rest = len(common) - _SHOWN
+    more = f" and {rest} more (the list at debug level)" if rest > 0 else ""
+    noun = "instance" if count == 1 else "instances"
+    return (f"{len(common)} value(s) on {count} MIG {noun}, most of them answered per GPU "
+            f"only: {shown}{more}")

@@ -239,3 +239,65 @@ def test_dcgm_names_in_dcgm_units(collector, tmp_path):
     assert not series(text, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL")
     assert not series(text, "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL")
     assert not series(text, "DCGM_FI_DEV_BANKS_REMAP_ROWS_AVAIL_MAX")
+
+
+# --- every family the endpoint can serve is documented ---------------------------------
+
+HELD_GPU = "GPU-5706aeb2-2d1e-554f-8a1d-29b123d8308b"  # GPU 0 of h100x8
+
+
+def _documented(doc: str) -> set[str]:
+    """Every backticked Prometheus-looking name in a generated doc."""
+    import re
+
+    return set(re.findall(r"`([A-Za-z_:][A-Za-z0-9_:]*)", doc))
+
+
+def test_every_family_the_endpoint_serves_is_in_the_generated_docs(
+        collector, kubelet, receiver, tmp_path):
+    """All profiles and every feature on (GPM, pods, HPC jobs, process usage, OTLP and its
+    GPU events): each family of the body is in docs/metrics.md (the OpenTelemetry names)
+    or docs/migration.md (the dcgm-exporter and kubelet profiles')."""
+    from pathlib import Path
+
+    from tests.support.kubelet import container, devices, pod
+    from tests.support.process import wait_until
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    kubelet.set_pods([pod("train-0", container("main", devices("nvidia.com/gpu", HELD_GPU)),
+                          namespace="ml")])
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "0").write_text("4242\n")  # GPU 0: a pod and a job
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.http_endpoint,
+           "OTEL_METRIC_EXPORT_INTERVAL": "500", "OTEL_EXPORTER_OTLP_TIMEOUT": "5"}
+    proc = CollectorProcess(serve_args(
+        "--simulate", "h100x8", "--naming", "otel,dcgm,kubelet",
+        "--kubelet-socket", kubelet.socket_path, "--kubelet-interval", "0.1",
+        "--process-usage", "true", "--hpc-job-mapping-dir", str(jobs), interval="0.25"),
+        env=env)
+    try:
+        proc.wait_serving()
+
+        def full():
+            text = proc.metrics()
+            names = {name for name, _, _ in parse_samples(text)}
+            wanted = {"nvidia_gpu_k8s_allocation", "nvidia_gpu_k8s_memory_usage_bytes",
+                      "nvidia_gpu_sm_activity", "otel_gpu_events_total"}
+            pods = series(text, "otel_gpu_kubelet_pods") == [({}, 1.0)]
+            return (names, text) if wanted <= names and pods else None
+
+        served, text = wait_until(full, 30, "a body with pods, profiling, usage and events")
+    finally:
+        proc.stop()
+    otel = _documented((docs / "metrics.md").read_text())
+    migration = _documented((docs / "migration.md").read_text())
+    missing = sorted(n for n in served - {"target_info"}
+                     if n not in otel and n.removesuffix("_total") not in migration
+                     and n not in migration)
+    assert missing == [], f"served but not in docs/metrics.md or docs/migration.md: {missing}"
+    # as the README says: the pod is on the held GPU's series, and never on its info series
+    (info,) = [lab for lab, _ in series(text, "nvidia_gpu_info", hw_id=HELD_GPU)]
+    (power,) = [lab for lab, _ in series(text, "hw_power_watts", hw_id=HELD_GPU)]
+    assert power["k8s_pod_name"] == "train-0" and "k8s_pod_name" not in info
+    assert power["nvidia_gpu_hpc_job_id"] == "4242" and "nvidia_gpu_hpc_job_id" not in info

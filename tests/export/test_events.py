@@ -310,3 +310,48 @@ def test_the_counters_are_catalog_rows_there_at_zero():
     run(detector, sample(G0, xid_events=(XidEvent(13, 1.0), XidEvent(13, 2.0))))
     assert list(rows["otel_gpu.events.dropped"].per_node(snap, 0.0)) == [(1.0, {})]
     assert list(rows["otel_gpu.events"].per_node(snap, 0.0)) == [(1.0, {})]
+
+
+# --- one device identity for metrics and events ---------------------------------------
+
+
+def _device_keys(attrs) -> dict:
+    """The device's own attributes among a record's (its workload's and the event's left out)."""
+    from otel_gpu.instrument.attributes import DEVICE_ATTRIBUTES, WORKLOAD_ATTRIBUTES
+
+    keys = {key for key, _ in DEVICE_ATTRIBUTES} - set(WORKLOAD_ATTRIBUTES)
+    return {k: v for k, v in attrs.items() if k in keys}
+
+
+@pytest.mark.parametrize("which", ["gpu", "mig", "unknown bus id", "kubelet numa"])
+def test_a_record_names_its_device_exactly_as_its_metrics_do(which):
+    """Events and instruments take a device's attributes from the one device_attributes():
+    the same keys and values as nvidia.gpu.info (hw.type, which the hardware conventions
+    ask for, and a MIG instance's profile included; nothing NVML did not give)."""
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from otel_gpu.instrument.telemetry import build_meter_provider, build_resource
+
+    g1 = gpu_device(GPU1, 1, serial="1650", numa_node=0,
+                    pci_bus_id="" if which == "unknown bus id" else "00000000:3C:00.0")
+    mig = mig_device(MIG_A, g1, gi=1)
+    target = mig if which == "mig" else g1
+    holders = pods(**{target.uuid: (holder("a"),)})
+    if which == "kubelet numa":
+        holders = Pods(Attribution({target.uuid: (holder("a"),)}, numa={target.uuid: (1,)}))
+    xid = XidEvent(31, 1.0, 1, 0) if which == "mig" else XidEvent(31, 1.0)
+    snap = snapshot(sample(g1, xid_events=(xid,)), sample(mig), seq=1, pods=holders)
+    (event,) = ev.EventDetector().observe(snap)
+
+    reader = InMemoryMetricReader()
+    provider = build_meter_provider(build_resource(environ={}), [reader], lambda: snap)
+    try:
+        data = reader.get_metrics_data()
+    finally:
+        provider.shutdown()
+    info = next(m for rm in data.resource_metrics for sm in rm.scope_metrics
+                for m in sm.metrics if m.name == "nvidia.gpu.info")
+    (point,) = [p for p in info.data.data_points if p.attributes["hw.id"] == target.uuid]
+    assert _device_keys(event.attributes) == _device_keys(point.attributes)
+    assert event.attributes["hw.type"] == "gpu"
+    assert all(v != "" for v in point.attributes.values())  # absent, never empty

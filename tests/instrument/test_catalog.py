@@ -8,16 +8,8 @@ from pathlib import Path
 import pytest
 
 from otel_gpu.export import _docs
-from otel_gpu.instrument.catalog import (
-    CATALOG,
-    MHZ,
-    PERCENT,
-    Kind,
-    Metric,
-    Point,
-    all_sources,
-    device_observations,
-)
+from otel_gpu.instrument.catalog import CATALOG, all_sources
+from otel_gpu.instrument.schema import MHZ, PERCENT, Kind, Metric, Point, device_observations
 from otel_gpu.sample.sources import MEM_TOTAL, MEM_USED, Reader, Source
 from otel_gpu.snapshot import FAILED, OK
 from tests.support.snapshots import sample
@@ -284,13 +276,12 @@ def test_the_catalog_knows_no_driver_binding():
     """NVML specifics live under otel_gpu/sample/; the catalog refers to their objects."""
     import ast
 
-    import otel_gpu.instrument.catalog as module
-
-    tree = ast.parse(Path(module.__file__).read_text())
-    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
-                for alias in node.names}
-    imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert not any(name and name.split(".")[0] == "pynvml" for name in imported)
+    for path in (Path(__file__).resolve().parents[2] / "otel_gpu" / "instrument").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                    for alias in node.names}
+        imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert not any(name and name.split(".")[0] == "pynvml" for name in imported), path
     for source in all_sources():
         assert source.reader is None or callable(source.reader.read), source.key
 

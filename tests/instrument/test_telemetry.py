@@ -7,25 +7,19 @@ from types import MappingProxyType
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from otel_gpu.instrument.catalog import (
-    CATALOG,
+from otel_gpu.instrument.attributes import (
     HPC_JOB,
     IDENTITY_ATTRIBUTES,
     NUMA_NODE,
     POD_ATTRIBUTES,
     WORKLOAD_ATTRIBUTES,
-)
-from otel_gpu.instrument.telemetry import (
-    SDK_CARDINALITY_LIMIT,
-    Instruments,
-    Telemetry,
-    build_meter_provider,
-    build_resource,
-    cardinality,
     device_attributes,
     identity_attributes,
 )
-from otel_gpu.publish.pipeline import room_for
+from otel_gpu.instrument.cardinality import SDK_CARDINALITY_LIMIT, cardinality, room_for
+from otel_gpu.instrument.catalog import CATALOG
+from otel_gpu.instrument.instruments import Instruments
+from otel_gpu.instrument.telemetry import Telemetry, build_meter_provider, build_resource
 from otel_gpu.snapshot import FAILED, OK, Attribution, Device, DeviceSample, Holder, PodRef, Pods
 from tests.support.snapshots import snapshot
 
@@ -325,7 +319,7 @@ def test_rebuild_sizes_the_limit_for_pods_that_arrived():
     telemetry, readers = _telemetry(lambda: state["snap"])
     try:
         first = telemetry.cardinality_limit
-        assert first == cardinality(state["snap"])[0]
+        assert first == cardinality(state["snap"], CATALOG)[0]
         assert telemetry.room >= room_for(4)
         arrived = first + 500
         state["snap"] = _time_sliced(arrived, seq=2)
@@ -337,17 +331,6 @@ def test_rebuild_sizes_the_limit_for_pods_that_arrived():
         assert len(readers) == 2 and len(_allocation_pods(readers[-1][0])) == arrived
     finally:
         telemetry.shutdown(1)
-
-
-def test_cardinality_counts_devices_series_and_pods():
-    assert cardinality(None) == (32 * (64 + room_for(0)), room_for(0))
-    limit, room = cardinality(_time_sliced(2500))
-    fanout = limit // (1 + room_for(2500))
-    assert fanout >= 3  # hw.status: one series per state
-    assert limit == fanout * (1 + room_for(2500)) and room == room_for(2500)
-    plain = snapshot(DeviceSample(GPU, OK, MappingProxyType({"power": 300_000})))
-    # never below the default
-    assert cardinality(plain, catalog=()) == (SDK_CARDINALITY_LIMIT, SDK_CARDINALITY_LIMIT - 1)
 
 
 def test_one_render_reads_one_snapshot_even_if_a_publish_lands_in_the_middle():

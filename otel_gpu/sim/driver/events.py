@@ -106,4 +106,6 @@ class EventSymbols(DriverCore):
         self.check_system("nvmlEventSetFree")
         with self._lock:
             self._event_set(event_set)
-            del self._event_sets[token_of(event_set)]
+            token = token_of(event_set)
+            if token is not None:  # _event_set refused any other
+                del self._event_sets[token]

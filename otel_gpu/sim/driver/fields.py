@@ -145,8 +145,8 @@ class FieldSymbols(DriverCore):
             if code == NOT_AVAILABLE:
                 self._not_available(entry)
                 continue
-            if code:
-                entry.nvmlReturn = code
+            if code or spec is None:
+                entry.nvmlReturn = code or pynvml.NVML_ERROR_NOT_SUPPORTED
                 continue
             value = spec.at(sample, k)
             entry.nvmlReturn = pynvml.NVML_SUCCESS

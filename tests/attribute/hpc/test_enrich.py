@@ -20,8 +20,7 @@ from otel_gpu.config import load
 from otel_gpu.export.naming.dcgm import DcgmProfile, default_columns
 from otel_gpu.export.naming.exposition import render
 from otel_gpu.export.otlp import PodResourceExporter
-from otel_gpu.instrument.catalog import HPC_JOB
-from otel_gpu.instrument.telemetry import pod_attributes
+from otel_gpu.instrument.attributes import HPC_JOB, pod_attributes
 from otel_gpu.sample.library import Nvml
 from otel_gpu.snapshot import ProcessUsage
 from otel_gpu.wiring import sample_once

@@ -1,0 +1,149 @@
+"""The instruments: one observable instrument per catalog row, reading the store.
+
+Every instrument is an observable one whose callback reads the latest
+snapshot. A callback never calls NVML or the kubelet: each reader collection
+(a Prometheus scrape, an OTLP export) runs every callback again, so anything
+slow here would be paid once per reader per collection. A device's attribute
+sets are made once per snapshot and reused while its pods do not change.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
+
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
+
+from otel_gpu.instrument.attributes import (
+    ALL,
+    IDENTITY,
+    DeviceAttributes,
+    device_attributes,
+    identity_attributes,
+    kubelet_numa_node,
+    pod_attributes,
+)
+from otel_gpu.instrument.catalog import CATALOG
+from otel_gpu.instrument.schema import Kind, Metric, device_observations
+from otel_gpu.snapshot import Device, Snapshot
+
+
+class Instruments:
+    """Registers one observable instrument per catalog row on ``meter``.
+
+    ``latest`` returns the newest snapshot (or None before the first).
+    ``device_attributes``: :data:`IDENTITY` or :data:`ALL` (see those).
+    """
+
+    def __init__(
+        self,
+        meter: Meter,
+        latest: Callable[[], Snapshot | None],
+        *,
+        catalog: Sequence[Metric] = CATALOG,
+        clock: Callable[[], float] = time.monotonic,
+        device_attributes: DeviceAttributes = ALL,
+    ) -> None:
+        if device_attributes not in (IDENTITY, ALL):
+            raise ValueError(f"device_attributes: expected identity or all, "
+                             f"got {device_attributes!r}")
+        self._all = device_attributes == ALL
+        self._latest = latest
+        self._clock = clock
+        self._attr_cache: dict[tuple[Device, str | None, int | None],
+                               dict[str, str | int]] = {}
+        self._sets: dict[tuple, _AttributeSets] = {}
+        self._per_snapshot: tuple[Snapshot | None, dict[str, _AttributeSets]] = (None, {})
+        for metric in catalog:
+            self._register(meter, metric)
+
+    def _register(self, meter: Meter, metric: Metric) -> None:
+        create = {
+            Kind.GAUGE: meter.create_observable_gauge,
+            Kind.COUNTER: meter.create_observable_counter,
+            Kind.UPDOWNCOUNTER: meter.create_observable_up_down_counter,
+        }[metric.kind]
+        create(
+            metric.name,
+            callbacks=[partial(self.observe, metric)],
+            unit=metric.unit,
+            description=metric.description,
+        )
+
+    def _base_attributes(
+        self, device: Device, driver: str | None, numa: int | None
+    ) -> dict[str, str | int]:
+        key = (device, driver, numa)
+        attrs = self._attr_cache.get(key)
+        if attrs is None:
+            if len(self._attr_cache) > 4096:  # devices come and go only on hot-plug
+                self._attr_cache.clear()
+            attrs = self._attr_cache[key] = device_attributes(device, driver, numa)
+        return attrs
+
+    def observe(
+        self, metric: Metric, options: CallbackOptions | None = None
+    ) -> Iterable[Observation]:
+        snapshot = self._latest()
+        if snapshot is None:
+            return []
+        if metric.per_node is not None:
+            return [
+                Observation(value, dict(attrs))
+                for value, attrs in metric.per_node(snapshot, self._clock())
+            ]
+        out: list[Observation] = []
+        for sample in snapshot.devices:
+            points = device_observations(metric, sample)
+            if not points:
+                continue
+            sets = self._device_sets(snapshot, sample.device)
+            if metric.describes_device:
+                out.extend(Observation(value, {**sets.info, **attrs} if attrs else sets.info)
+                           for value, attrs in points)
+                continue
+            for value, attrs in points:
+                out.append(Observation(value, sets.with_point(attrs)))
+        return out
+
+    def _device_sets(self, snapshot: Snapshot, device: Device) -> _AttributeSets:
+        """The device's attribute sets in ``snapshot``: made once per snapshot, and the same
+        objects again while the device's pods (and its NUMA node) do not change."""
+        owner, by_uuid = self._per_snapshot
+        if owner is not snapshot:  # a local pair: another thread may be on another snapshot
+            owner, by_uuid = self._per_snapshot = (snapshot, {})
+        sets = by_uuid.get(device.uuid)
+        if sets is None:
+            pods = pod_attributes(snapshot, device)
+            numa = kubelet_numa_node(snapshot, device)
+            key = (device, snapshot.driver_version, numa, tuple(pods.items()))
+            sets = self._sets.get(key)
+            if sets is None:
+                if len(self._sets) > 4096:  # devices and their pods seen since the last rebuild
+                    self._sets.clear()
+                info = self._base_attributes(device, snapshot.driver_version, numa)
+                base = dict(info) if self._all else identity_attributes(info)
+                base.update(pods)
+                sets = self._sets[key] = _AttributeSets(base, info)
+            by_uuid[device.uuid] = sets
+        return sets
+
+
+class _AttributeSets:
+    """One device's attributes in one snapshot, made once for every metric; the same
+    objects again while its pods do not change. Never changed after they are made: the
+    SDK copies what it is given.
+
+    ``base``: what each of its series carries (its identity, or every attribute, and its
+    pods and jobs); ``info``: every attribute of the device, for ``nvidia.gpu.info``.
+    """
+
+    __slots__ = ("base", "info")
+
+    def __init__(self, base: dict[str, str | int], info: dict[str, str | int]) -> None:
+        self.base = base
+        self.info = info
+
+    def with_point(self, attrs: Mapping[str, str]) -> dict[str, str | int]:
+        return {**self.base, **attrs} if attrs else self.base

@@ -1,0 +1,169 @@
+"""Observation helpers: the catalog rows whose values are not one reading of one NVML value.
+
+A ``per_device`` helper turns one device sample into observations; a
+``per_node`` helper the whole snapshot (pods, kubelet, the collector itself).
+Each yields ``(value, attributes)`` pairs, the device's own attributes left to
+the instruments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from otel_gpu.instrument.attributes import (
+    ENERGY_RULE,
+    HW_ID,
+    HW_STATE,
+    K8S_RESOURCE,
+    PROCESS_OWNER,
+    REPLICA,
+    UNATTRIBUTED,
+    USAGE_ATTRIBUTES,
+    pod_labels,
+    usage_labels,
+)
+from otel_gpu.instrument.schema import MILLI, Kind, Metric, Observation
+from otel_gpu.snapshot import STATES, DeviceSample, Snapshot
+
+
+def status(sample: DeviceSample) -> Iterable[Observation]:
+    for state in STATES:
+        yield (1.0 if sample.state == state else 0.0), {HW_STATE: state}
+
+
+def xid(sample: DeviceSample) -> Iterable[Observation]:
+    for code, count in sorted(sample.xid_counts.items()):
+        yield float(count), {"nvidia.gpu.xid": str(code)}
+
+
+def device_age(sample: DeviceSample) -> Iterable[Observation]:
+    yield sample.age, {}
+
+
+def info(sample: DeviceSample) -> Iterable[Observation]:
+    yield 1.0, {}
+
+
+def sample_age(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+    yield max(0.0, now - snapshot.taken_monotonic), {}
+
+
+def sample_duration(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+    yield snapshot.duration, {}
+
+
+def samples(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+    yield float(snapshot.seq), {}
+
+
+def nvml_requests(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+    yield float(snapshot.nvml_calls), {}
+
+
+def devices(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+    counts = dict.fromkeys(STATES, 0)
+    for sample in snapshot.devices:
+        counts[sample.state] += 1
+    for state, count in counts.items():
+        yield float(count), {HW_STATE: state}
+
+
+
+
+def allocations(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+    for row in snapshot.allocations():
+        attrs = {HW_ID: row.uuid, **pod_labels(row.ref), K8S_RESOURCE: row.resource_name}
+        if row.replica is not None:
+            attrs[REPLICA] = str(row.replica)
+        yield 1.0, attrs
+
+
+def allocated(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+    if snapshot.pods is None:
+        return
+    for summary in snapshot.pods.attribution.summary():
+        yield float(summary.allocated), {K8S_RESOURCE: summary.resource_name}
+
+
+def allocatable(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+    if snapshot.pods is None:
+        return
+    for summary in snapshot.pods.attribution.summary():
+        if summary.allocatable is not None:
+            yield float(summary.allocatable), {K8S_RESOURCE: summary.resource_name}
+
+
+def numa_alignment(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+    if snapshot.pods is None:
+        return
+    for row in snapshot.pods.attribution.numa_alignment():
+        yield row.fraction, {HW_ID: row.uuid, **pod_labels(row.ref)}
+
+
+def kubelet_requests(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+    if snapshot.pods is None or snapshot.pods.kubelet is None:
+        return
+    for (rpc, code), count in sorted(snapshot.pods.kubelet.requests.items()):
+        yield float(count), {"rpc.method": rpc, "rpc.grpc.status_code": code}
+
+
+def mapping_age(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+    if snapshot.pods is not None and snapshot.pods.mapping_taken_monotonic is not None:
+        yield max(0.0, now - snapshot.pods.mapping_taken_monotonic), {}
+
+
+def attributed_pods(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+    if snapshot.pods is not None:
+        rows = snapshot.allocations()
+        yield float(len({(r.namespace, r.pod) for r in rows})), {}
+
+
+def attributed_devices(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+    if snapshot.pods is not None:
+        yield float(len(snapshot.pods.attribution.attributed_uuids())), {}
+
+
+def unresolved_ids(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+    if snapshot.pods is not None:
+        yield float(len(snapshot.pods.attribution.unresolved)), {}
+
+
+
+
+
+
+def usage(field: str) -> Callable[[Snapshot, float], Iterable[Observation]]:
+    def observe(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+        for row in snapshot.usage():
+            value = getattr(row, field)
+            if value is not None:
+                yield float(value), usage_labels(row)
+
+    return observe
+
+
+def usage_metric(name: str, kind: Kind, unit: str, description: str, field: str,
+                  source: str) -> Metric:
+    return Metric(
+        name, kind, unit, description + " Process usage only; the processes of no pod are "
+        f"summed under {PROCESS_OWNER}={UNATTRIBUTED}.",
+        per_node=usage(field),
+        attributes=USAGE_ATTRIBUTES,
+        source_doc=source,
+    )
+
+
+
+
+def energy(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+    if snapshot.pods is None:
+        return
+    for row in snapshot.pods.energy:
+        yield row.millijoules * MILLI.factor, usage_labels(row)
+
+
+def energy_rules(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+    if snapshot.pods is None:
+        return
+    for uuid, rule in dict((row.uuid, row.rule) for row in snapshot.pods.energy).items():
+        yield 1.0, {HW_ID: uuid, ENERGY_RULE: rule}
