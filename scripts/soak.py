@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections import deque
 from pathlib import Path
@@ -144,6 +145,16 @@ class Churn:
         self.kubelet.close()
 
 
+def _body_or_empty(url: str) -> bytes:
+    """The body, or nothing while the collector answers 503 before its first sample."""
+    try:
+        return urllib.request.urlopen(url, timeout=10).read()
+    except urllib.error.HTTPError as exc:
+        if exc.code == 503:
+            return b""
+        raise
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=60.0, help="seconds (default 60)")
@@ -170,7 +181,7 @@ def main() -> int:
             return 1
         url = f"http://127.0.0.1:{port}/metrics"
         deadline = time.monotonic() + 30
-        while b"otel_gpu_samples_total" not in urllib.request.urlopen(url, timeout=10).read():
+        while b"otel_gpu_samples_total" not in _body_or_empty(url):
             if time.monotonic() > deadline:
                 print("no sample within 30 s", file=sys.stderr)
                 return 1

@@ -30,4 +30,5 @@ fi
 
 .venv/bin/ruff check .
 .venv/bin/lint-imports --no-cache >/dev/null || .venv/bin/lint-imports --no-cache
+.venv/bin/mypy
 .venv/bin/python -m pytest "$@"

@@ -202,7 +202,7 @@ def test_the_start_up_absence_line_on_a_mig_node_is_short_and_the_list_is_on_deb
     nvml = Nvml()
     nvml.init()
     config = load({"pod_attribution": "false"}, environ={})
-    with caplog.at_level(logging.DEBUG, logger="otel_gpu.sample.sampler"):
+    with caplog.at_level(logging.DEBUG, logger="otel_gpu.sample"):
         sample_once(config, nvml)
     info = [r.getMessage() for r in caplog.records
             if r.levelno == logging.INFO and "not available" in r.getMessage()]

@@ -200,10 +200,10 @@ def _seconds(text: str) -> float:
 def definitions() -> dict[str, dict]:
     """The duration definitions of values.schema.json: one per range otel-gpu's
     duration settings have (``duration_100ms_1h`` ...)."""
-    from otel_gpu import config
+    from otel_gpu.config import settings
 
-    spans = sorted({parse.span for option in config.OPTIONS
-                    if (parse := getattr(config, option.key.upper(), None)) is not None
+    spans = sorted({parse.span for option in settings.OPTIONS
+                    if (parse := getattr(settings, option.key.upper(), None)) is not None
                     and hasattr(parse, "span")})
     return {"duration_" + span.replace(" to ", "_"): definition(span) for span in spans}
 

@@ -346,7 +346,7 @@ def test_the_enricher_attaches_usage_and_maps_once_per_sample(tree):
 
 
 def test_a_process_owner_carries_its_pods_uid_to_its_usage_row(tree):
-    from otel_gpu.instrument.catalog import usage_labels
+    from otel_gpu.instrument.attributes import usage_labels
 
     _, paths = tree
     owners = ProcessMapper(paths.proc_root, paths.pod_log_root).owners([101, 102])
