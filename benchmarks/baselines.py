@@ -93,7 +93,7 @@ class _Static(BaseHTTPRequestHandler):
         super().setup()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+    def do_GET(self) -> None:
         gz = "gzip" in (self.headers.get("Accept-Encoding") or "")
         body = self.gzipped if gz else self.body
         head = ("HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
@@ -101,7 +101,7 @@ class _Static(BaseHTTPRequestHandler):
                 + f"Content-Length: {len(body)}\r\n\r\n")
         self.wfile.write(head.encode() + body)  # one write, as the collector answers
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 

@@ -188,10 +188,10 @@ def _load(text: str) -> Any:
     the pure-Python one, so that the error (and its wording) is always that one's."""
     for loader in _LOADERS[:-1]:
         try:
-            return yaml.load(text, Loader=loader)  # noqa: S506 - safe constructors only
+            return yaml.load(text, Loader=loader)
         except (yaml.YAMLError, RecursionError, *_TAG_ERRORS):
             pass
-    return yaml.load(text, Loader=_LOADERS[-1])  # noqa: S506 - a SafeLoader subclass
+    return yaml.load(text, Loader=_LOADERS[-1])
 
 
 @contextlib.contextmanager

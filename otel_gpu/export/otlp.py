@@ -98,7 +98,7 @@ def build_exporter(settings: OtlpSettings, environ: Mapping[str, str]) -> Metric
     transport = resolve(settings, environ)
     try:
         exporter = _sdk_exporter(transport)
-    except Exception as exc:  # the SDK reads OTEL_* variables of its own here, and may refuse
+    except Exception as exc:  # noqa: BLE001 - the SDK reads OTEL_* variables here, may refuse
         raise OtlpSetupError(
             f"OTLP exporter: {' '.join(str(exc).split()) or exc.__class__.__name__}"
         ) from None
@@ -281,7 +281,7 @@ class _StubWithReplies:
     def __init__(self, stub: Any) -> None:
         self._stub = stub
 
-    def Export(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802 - gRPC's method name
+    def Export(self, *args: Any, **kwargs: Any) -> Any:
         response = self._stub.Export(*args, **kwargs)
         _log_partial(response)
         return response

@@ -85,7 +85,7 @@ def build_exporter(settings: OtlpSettings, environ: Mapping[str, str]) -> LogRec
     transport = resolve(settings, environ, LOGS)
     try:
         return _sdk_exporter(transport)
-    except Exception as exc:  # the SDK reads OTEL_* variables of its own here, and may refuse
+    except Exception as exc:  # noqa: BLE001 - the SDK reads OTEL_* variables here, may refuse
         raise OtlpSetupError(
             f"OTLP log exporter: {' '.join(str(exc).split()) or exc.__class__.__name__}"
         ) from None

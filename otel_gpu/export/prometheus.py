@@ -144,7 +144,7 @@ class _Handler(BoundedHandler):
 
     server: MetricsServer
 
-    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+    def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
             self._metrics()

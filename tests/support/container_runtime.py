@@ -73,7 +73,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         runtime = self.server.runtime
         status, body, trickle = runtime._answer(self.path)
         self.send_response(status)

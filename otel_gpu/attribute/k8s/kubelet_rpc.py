@@ -58,7 +58,7 @@ def code_of(error: grpc.RpcError) -> grpc.StatusCode:
     code = getattr(error, "code", None)
     try:
         value = code() if callable(code) else None
-    except Exception:  # a bare RpcError carries nothing
+    except Exception:  # noqa: BLE001 - a bare RpcError carries nothing; any raise is no code
         value = None
     return value if isinstance(value, grpc.StatusCode) else grpc.StatusCode.UNKNOWN
 
@@ -67,7 +67,7 @@ def details_of(error: grpc.RpcError) -> str:
     details = getattr(error, "details", None)
     try:
         text = details() if callable(details) else None
-    except Exception:
+    except Exception:  # noqa: BLE001 - the details of a broken error are no details
         text = None
     return text or ""
 

@@ -217,7 +217,7 @@ class PodResourcesWatcher:
             while not self._stop.is_set():
                 try:
                     self.poll_once()
-                except Exception:  # a bug, not kubelet trouble: back off, never die
+                except Exception:  # noqa: BLE001 - a bug, not kubelet trouble: back off, never die
                     self._note_failure(grpc.StatusCode.INTERNAL)
                     self._limiter.log(
                         "crash", logging.ERROR, "pod-resources poller error", exc_info=True

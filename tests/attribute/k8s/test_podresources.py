@@ -527,7 +527,7 @@ def test_concurrent_state_reads_never_call_the_kubelet(kubelet: FakeKubelet) -> 
                 n += w.state.pod_count
                 n += w.stats.pods
             seen.append(n)
-        except BaseException as e:  # pragma: no cover - reported below
+        except BaseException as e:  # noqa: BLE001 - reported below  # pragma: no cover
             errors.append(e)
 
     threads = [threading.Thread(target=reader) for _ in range(16)]
