@@ -22,41 +22,85 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from types import ModuleType
-from typing import Any
 
 import pynvml
 
-ReadFunc = Callable[[ModuleType, Any], Mapping[str, float]]
-"""``(pynvml module, device handle) -> {source key: raw value}``; may raise NVMLError."""
+from otel_gpu.sample.readers import (
+    CLOCK_EVENT_REASONS,
+    CLOCK_GRAPHICS_INFO,
+    CLOCK_MAX_GRAPHICS_INFO,
+    CLOCK_MAX_MEM_INFO,
+    CLOCK_MAX_SM_INFO,
+    CLOCK_MAX_VIDEO_INFO,
+    CLOCK_MEM_INFO,
+    CLOCK_SM_INFO,
+    CLOCK_VIDEO_INFO,
+    COMPUTE_PROCESSES,
+    DECODER,
+    DEFAULT_POWER_LIMIT_INFO,
+    ENCODER,
+    ENFORCED_POWER_LIMIT_INFO,
+    FAN_SPEED,
+    LINK_COUNT,
+    MEMORY,
+    NVLINK_STATES,
+    PCIE_GEN_INFO,
+    PCIE_GEN_MAX_INFO,
+    PCIE_WIDTH_INFO,
+    PCIE_WIDTH_MAX_INFO,
+    PERFORMANCE_STATE,
+    POWER_LIMIT_CONSTRAINTS,
+    POWER_LIMIT_INFO,
+    POWER_USAGE,
+    ROW_REMAP_AVAILABILITY,
+    ROW_REMAP_HISTOGRAM,
+    TEMPERATURE,
+    UTILIZATION,
+    Reader,
+    ReadFunc,
+    pcie_throughput,
+    violation,
+)
 
-
-@dataclass(frozen=True, eq=False)
-class Reader:
-    """One NVML call per device per sample; every source naming it shares the call.
-
-    ``name`` is what the logs say when the device cannot answer it (the sampler
-    then stops asking). Readers compare by identity. ``static``: the answer cannot
-    change while the driver is loaded (maximum clocks, the power limit range), so it
-    is read once per device and reused. ``fallback_for``: source keys this reader
-    stands in for; it is read only on a device that cannot give one of them (in the
-    batch, or at all), and for one sample when the batch answered one with an error.
-    ``changes_with``: batched field keys without whose change the answer cannot change;
-    it is read again only when one of them moves or is missing (and at least once per
-    rediscovery period), the last answer reused otherwise.
-    """
-
-    name: str
-    read: ReadFunc
-    static: bool = False
-    fallback_for: tuple[str, ...] = ()
-    changes_with: tuple[str, ...] = ()
-
-    def __repr__(self) -> str:
-        return f"Reader({self.name!r})"
-
+# The readers live in otel_gpu.sample.readers; named here too, beside the sources they feed.
+__all__ = [
+    "CLOCK_EVENT_REASONS",
+    "CLOCK_GRAPHICS_INFO",
+    "CLOCK_MAX_GRAPHICS_INFO",
+    "CLOCK_MAX_MEM_INFO",
+    "CLOCK_MAX_SM_INFO",
+    "CLOCK_MAX_VIDEO_INFO",
+    "CLOCK_MEM_INFO",
+    "CLOCK_SM_INFO",
+    "CLOCK_VIDEO_INFO",
+    "COMPUTE_PROCESSES",
+    "DECODER",
+    "DEFAULT_POWER_LIMIT_INFO",
+    "ENCODER",
+    "ENFORCED_POWER_LIMIT_INFO",
+    "FAN_SPEED",
+    "LINK_COUNT",
+    "MEMORY",
+    "NVLINK_STATES",
+    "PCIE_GEN_INFO",
+    "PCIE_GEN_MAX_INFO",
+    "PCIE_WIDTH_INFO",
+    "PCIE_WIDTH_MAX_INFO",
+    "PERFORMANCE_STATE",
+    "POWER_LIMIT_CONSTRAINTS",
+    "POWER_LIMIT_INFO",
+    "POWER_USAGE",
+    "ROW_REMAP_AVAILABILITY",
+    "ROW_REMAP_HISTOGRAM",
+    "ReadFunc",
+    "Reader",
+    "TEMPERATURE",
+    "UTILIZATION",
+    "pcie_throughput",
+    "violation",
+]
 
 ALL_ONES_32 = 0xFFFFFFFF
 """NVML's "not available" answer in a 32-bit value (``NVML_VALUE_NOT_AVAILABLE``)."""
@@ -69,6 +113,7 @@ BOUNDS: Mapping[str, tuple[float, float]] = {
     "MHz": (0.0, 10_000.0),  # 10 GHz
 }
 """The physical range of a raw value by NVML unit (inclusive); other units: at least 0."""
+
 WIDE_UNITS = frozenset({"By", "mJ", "ns", "{error}", "KiB", "bitmask", "MiB/s"})
 """Units NVML gives in 64-bit values; every other unit's value is 32 bits wide."""
 
@@ -134,176 +179,6 @@ class NvLink(enum.Enum):
 
 ALL_LINKS = 0xFFFFFFFF
 """The field scope asking for the total over every link (``UINT_MAX`` in nvml.h)."""
-
-
-# --- readers: one NVML call each ------------------------------------------------
-
-
-def _older_driver(m: ModuleType, exc: Exception) -> bool:
-    """Whether a newer NVML entry point is missing, so its older form should be used."""
-    return getattr(exc, "value", None) in (
-        m.NVML_ERROR_FUNCTION_NOT_FOUND, m.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
-    )
-
-
-def _memory(m: ModuleType, handle: Any) -> dict[str, float]:
-    try:
-        mem = m.nvmlDeviceGetMemoryInfo(handle, version=m.nvmlMemory_v2)
-        reserved: float | None = mem.reserved
-    except m.NVMLError as exc:  # drivers before R510 have only the v1 call
-        if not _older_driver(m, exc):
-            raise
-        mem = m.nvmlDeviceGetMemoryInfo(handle)
-        reserved = None
-    out = {"memory.total": mem.total, "memory.used": mem.used, "memory.free": mem.free}
-    if reserved is not None:
-        out["memory.reserved"] = reserved
-    return out
-
-
-def _temperature(m: ModuleType, handle: Any) -> dict[str, float]:
-    try:
-        value = m.nvmlDeviceGetTemperatureV(handle, m.NVML_TEMPERATURE_GPU)
-    except m.NVMLError as exc:  # the versioned call arrived with R535
-        if not _older_driver(m, exc):
-            raise
-        value = m.nvmlDeviceGetTemperature(handle, m.NVML_TEMPERATURE_GPU)
-    return {"temp.gpu": value}
-
-
-def _utilization(m: ModuleType, handle: Any) -> dict[str, float]:
-    util = m.nvmlDeviceGetUtilizationRates(handle)
-    return {"util.gpu": util.gpu, "util.memory": util.memory}
-
-
-def _clock(domain: str, clock_type: str) -> Reader:
-    def read(m: ModuleType, handle: Any) -> dict[str, float]:
-        return {f"clock.{domain}": m.nvmlDeviceGetClockInfo(handle, getattr(m, clock_type))}
-
-    return Reader(f"clock.{domain}", read)
-
-
-MEMORY = Reader("memory", _memory)
-UTILIZATION = Reader("utilization", _utilization)
-ENCODER = Reader("encoder", lambda m, h: {"util.encoder": m.nvmlDeviceGetEncoderUtilization(h)[0]})
-DECODER = Reader("decoder", lambda m, h: {"util.decoder": m.nvmlDeviceGetDecoderUtilization(h)[0]})
-TEMPERATURE = Reader("temperature", _temperature)
-POWER_USAGE = Reader("power", lambda m, h: {"power": m.nvmlDeviceGetPowerUsage(h)},
-                     fallback_for=("power",))
-CLOCK_GRAPHICS_INFO = _clock("graphics", "NVML_CLOCK_GRAPHICS")
-CLOCK_SM_INFO = _clock("sm", "NVML_CLOCK_SM")
-CLOCK_MEM_INFO = _clock("memory", "NVML_CLOCK_MEM")
-CLOCK_EVENT_REASONS = Reader(
-    "clock_reasons", lambda m, h: {"clock.reasons": m.nvmlDeviceGetCurrentClocksEventReasons(h)}
-)
-FAN_SPEED = Reader("fan", lambda m, h: {"fan": m.nvmlDeviceGetFanSpeed(h)})
-COMPUTE_PROCESSES = Reader(
-    "processes", lambda m, h: {"processes": len(m.nvmlDeviceGetComputeRunningProcesses(h))}
-)
-
-
-def _max_clock(domain: str, clock_type: str) -> Reader:
-    def read(m: ModuleType, handle: Any) -> dict[str, float]:
-        return {f"clock.max.{domain}": m.nvmlDeviceGetMaxClockInfo(handle, getattr(m, clock_type))}
-
-    return Reader(f"clock.max.{domain}", read, static=True)
-
-
-def _call(name: str, key: str, function: str, *, static: bool = False,
-          fallback: bool = False) -> Reader:
-    """A reader of one NVML function taking only the handle and returning one number;
-    ``fallback``: it stands in for the field giving ``key``."""
-    return Reader(name, lambda m, h: {key: getattr(m, function)(h)}, static=static,
-                  fallback_for=(key,) if fallback else ())
-
-
-def _power_range(m: ModuleType, handle: Any) -> dict[str, float]:
-    low, high = m.nvmlDeviceGetPowerManagementLimitConstraints(handle)
-    return {"power.limit.min": low, "power.limit.max": high}
-
-
-def _performance_state(m: ModuleType, handle: Any) -> dict[str, float]:
-    state = m.nvmlDeviceGetPerformanceState(handle)
-    return {} if state == m.NVML_PSTATE_UNKNOWN else {"pstate": state}
-
-
-def _violation(policy: str, constant: str) -> Reader:
-    def read(m: ModuleType, handle: Any) -> dict[str, float]:
-        status = m.nvmlDeviceGetViolationStatus(handle, getattr(m, constant))
-        return {f"violation.{policy}": status.violationTime}
-
-    return Reader(f"violation.{policy}", read, fallback_for=(f"violation.{policy}",))
-
-
-def _pcie_throughput(m: ModuleType, handle: Any) -> dict[str, float]:
-    return {
-        "pcie.throughput.tx": m.nvmlDeviceGetPcieThroughput(handle, m.NVML_PCIE_UTIL_TX_BYTES),
-        "pcie.throughput.rx": m.nvmlDeviceGetPcieThroughput(handle, m.NVML_PCIE_UTIL_RX_BYTES),
-    }
-
-
-ROW_REMAP_AVAILABILITY = ("max", "high", "partial", "low", "none")
-"""The buckets of ``nvmlDeviceGetRowRemapperHistogram``: memory banks by spare rows left."""
-
-
-def _row_remap_histogram(m: ModuleType, handle: Any) -> dict[str, float]:
-    histogram = m.nvmlDeviceGetRowRemapperHistogram(handle)
-    return {f"remap.banks.{name}": getattr(histogram, name) for name in ROW_REMAP_AVAILABILITY}
-
-
-LINK_COUNT = "nvlink.count"
-"""The link state reader's key for the number of links the GPU has (the sampler's own)."""
-
-
-def _nvlink_states(m: ModuleType, handle: Any) -> dict[str, float]:
-    """Links up, and which (nothing when no link is active: no NVLink series then), and
-    how many links the GPU has (``LINK_COUNT``)."""
-    active = count = 0
-    for link in range(m.NVML_NVLINK_MAX_LINKS):
-        try:
-            state = m.nvmlDeviceGetNvLinkState(handle, link)
-        except m.NVMLError as exc:
-            past_the_last = (m.NVML_ERROR_INVALID_ARGUMENT, m.NVML_ERROR_NOT_SUPPORTED)
-            if link and getattr(exc, "value", None) in past_the_last:
-                break
-            raise  # on link 0: this GPU has no NVLink
-        count = link + 1
-        if state == m.NVML_FEATURE_ENABLED:
-            active |= 1 << link
-    if not active:
-        return {LINK_COUNT: count}
-    return {LINK_COUNT: count, "nvlink.links": bin(active).count("1"), "nvlink.active": active}
-
-
-CLOCK_VIDEO_INFO = _clock("video", "NVML_CLOCK_VIDEO")
-CLOCK_MAX_GRAPHICS_INFO = _max_clock("graphics", "NVML_CLOCK_GRAPHICS")
-CLOCK_MAX_SM_INFO = _max_clock("sm", "NVML_CLOCK_SM")
-CLOCK_MAX_MEM_INFO = _max_clock("memory", "NVML_CLOCK_MEM")
-CLOCK_MAX_VIDEO_INFO = _max_clock("video", "NVML_CLOCK_VIDEO")
-POWER_LIMIT_INFO = _call("power_limit", "power.limit.current",
-                         "nvmlDeviceGetPowerManagementLimit", fallback=True)
-ENFORCED_POWER_LIMIT_INFO = _call("power_limit.enforced", "power.limit.enforced",
-                                  "nvmlDeviceGetEnforcedPowerLimit", fallback=True)
-DEFAULT_POWER_LIMIT_INFO = _call("power_limit.default", "power.limit.default",
-                                 "nvmlDeviceGetPowerManagementDefaultLimit", static=True,
-                                 fallback=True)
-POWER_LIMIT_CONSTRAINTS = Reader("power_limit.range", _power_range, static=True,
-                                 fallback_for=("power.limit.min", "power.limit.max"))
-PERFORMANCE_STATE = Reader("pstate", _performance_state)
-PCIE_GEN_INFO = _call("pcie.link.gen", "pcie.link.gen", "nvmlDeviceGetCurrPcieLinkGeneration")
-PCIE_GEN_MAX_INFO = _call("pcie.link.gen.max", "pcie.link.gen.max",
-                          "nvmlDeviceGetMaxPcieLinkGeneration", static=True)
-PCIE_WIDTH_INFO = _call("pcie.link.width", "pcie.link.width", "nvmlDeviceGetCurrPcieLinkWidth")
-PCIE_WIDTH_MAX_INFO = _call("pcie.link.width.max", "pcie.link.width.max",
-                            "nvmlDeviceGetMaxPcieLinkWidth", static=True)
-# A bank's spare rows are used up only by a row remapping, which moves the remapped-row
-# counts, the pending flag (when the reset applies it) or the failure flag.
-ROW_REMAP_HISTOGRAM = Reader("row_remap_histogram", _row_remap_histogram,
-                             changes_with=("remap.corrected", "remap.uncorrected",
-                                           "remap.pending", "remap.failure"))
-NVLINK_STATES = Reader("nvlink", _nvlink_states)
-"""Read before the batched fields: the NVLink fields need the active links. Where the
-driver answers :data:`NVLINK_STATE` the same, the batch gives the states instead."""
 
 
 def _field(key: str, name: str, unit: str, nvlink: NvLink | None = None, *,
@@ -429,7 +304,7 @@ PCIE_WIDTH_MAX = Source("pcie.link.width.max", "nvmlDeviceGetMaxPcieLinkWidth", 
                         reader=PCIE_WIDTH_MAX_INFO)
 # nvmlDeviceGetPcieThroughput samples a byte counter for 20 ms per call: read only where the
 # batched PCIe byte counters are missing.
-PCIE_THROUGHPUT = Reader("pcie_throughput", _pcie_throughput,
+PCIE_THROUGHPUT = Reader("pcie_throughput", pcie_throughput,
                          fallback_for=(PCIE_TX.key, PCIE_RX.key))
 PCIE_THROUGHPUT_TX = Source("pcie.throughput.tx", "nvmlDeviceGetPcieThroughput(TX_BYTES)", "KB/s",
                             reader=PCIE_THROUGHPUT)
@@ -439,7 +314,7 @@ PCIE_THROUGHPUT_RX = Source("pcie.throughput.rx", "nvmlDeviceGetPcieThroughput(R
 # clocks-event-reason counters, which NVML defines as aliases of two of them, are in ns).
 VIOLATIONS: tuple[tuple[str, Source], ...] = tuple(
     (policy, _field(f"violation.{policy}", f"PERF_POLICY_{constant}", "ns",
-                    fallback=_violation(policy, f"NVML_PERF_POLICY_{constant}"),
+                    fallback=violation(policy, f"NVML_PERF_POLICY_{constant}"),
                     plain=f"nvmlDeviceGetViolationStatus(NVML_PERF_POLICY_{constant}) "
                           ".violationTime"))
     for policy, constant in (("power", "POWER"), ("thermal", "THERMAL"),
