@@ -15,7 +15,10 @@ from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.process import CollectorProcess, serve_args
 from tests.support.snapshots import sample_node
 
-SLOW = ("tests/test_benchmarks.py", "tests/test_soak.py", "tests/test_scale.py", "tests/deploy/")
+SLOW = (
+    "tests/test_benchmarks.py", "tests/test_soak.py", "tests/test_scale.py", "tests/deploy/",
+    "tests/image/",
+)
 """Where the ``slow`` marker goes: what the quick loop (``-m "not slow and not support"``) skips."""
 
 
