@@ -96,3 +96,17 @@ def node_stack(tmp_path_factory):
         yield stack.start()
     finally:
         stack.close()
+
+
+@pytest.fixture(scope="session")
+def docker_stack(tmp_path_factory):
+    """otel-gpu on a Docker host (a fake runtime API, no kubelet), scraped by a real Prometheus."""
+    from tests.deploy.docker_stack import DockerStack
+    from tests.support.prometheus_server import skip_unless_available
+
+    binary = skip_unless_available()
+    stack = DockerStack(tmp_path_factory.mktemp("docker-stack"), binary)
+    try:
+        yield stack.start()
+    finally:
+        stack.close()

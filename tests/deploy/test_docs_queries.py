@@ -1,6 +1,8 @@
 """Every PromQL expression in the README, docs/ and examples/ (fenced ```promql
-blocks) returns data from a real Prometheus scraping otel-gpu with pods on whole,
-shared and MIG devices, a free GPU, and process usage on."""
+blocks) returns data from a real Prometheus scraping otel-gpu: on a Kubernetes
+node with pods on whole, shared and MIG devices, a free GPU, and process usage
+on; or, for the docs about hosts without a kubelet, on a Docker host whose
+containers use GPUs alone and shared."""
 
 from __future__ import annotations
 
@@ -39,6 +41,14 @@ def _all() -> list[tuple[str, str]]:
 
 QUERIES = _all()
 
+# The docs whose queries are about another kind of host than a Kubernetes node,
+# and the stack fixture that is one; every other doc runs on `node_stack`.
+STACKS = {"docs/containers.md": "docker_stack"}
+
+
+def stack_for(where: str) -> str:
+    return STACKS.get(where.split("#")[0], "node_stack")
+
 
 def test_expressions_are_split_at_blank_and_comment_lines():
     text = "```promql\n# a\nfoo\n* on (x)\n  bar\n\n# b\nbaz\n```\n```sh\nnot_promql\n```\n"
@@ -57,9 +67,14 @@ def test_the_docs_have_queries_in_promql_blocks():
     assert "nvidia_gpu_sm_activity\n* on (hw_id) group_right" in joined
 
 
+def test_every_doc_given_another_stack_has_queries():
+    where = {name.split("#")[0] for name, _ in QUERIES}
+    assert set(STACKS) <= where
+
+
 @pytest.mark.parametrize(("where", "expr"), QUERIES, ids=[w for w, _ in QUERIES])
-def test_every_documented_query_returns_data(node_stack, where, expr):
-    node_stack.wait_for_data(expr)
+def test_every_documented_query_returns_data(request, where, expr):
+    request.getfixturevalue(stack_for(where)).wait_for_data(expr)
 
 
 def test_pods_per_gpu_counts_pods_not_replicas(node_stack):
@@ -74,3 +89,26 @@ def test_the_activity_join_includes_mig_pods(node_stack):
     (expr,) = [e for _, e in QUERIES if e.startswith("  nvidia_gpu_sm_activity")]
     pods = {labels["k8s_pod_name"] for labels, _ in node_stack.wait_for_data(expr)}
     assert {"mig-big", "mig-small", "api-a", "api-b", "train-0"} <= pods
+
+
+def test_memory_per_container_sums_each_containers_processes(docker_stack):
+    from tests.deploy.docker_stack import MEMORY
+
+    (expr,) = [e for w, e in QUERIES
+               if stack_for(w) == "docker_stack" and "nvidia_gpu_k8s_memory_usage_bytes" in e]
+    # every container is named once the runtime's first answer is in
+    result = docker_stack.prometheus.wait_for_query(
+        expr, lambda r: {labels.get("container_name") for labels, _ in r} == set(MEMORY),
+        timeout=40)
+    assert {labels["container_name"]: value for labels, value in result} == MEMORY
+
+
+def test_utilization_per_container_is_of_the_gpu_used_alone(docker_stack):
+    from tests.deploy.docker_stack import ALONE
+
+    (expr,) = [e for w, e in QUERIES
+               if stack_for(w) == "docker_stack" and "hw_gpu_utilization" in e]
+    result = docker_stack.wait_for_data(expr)
+    # the shared GPU names no container on its own series
+    assert [(labels["hw_id"], labels["container_name"]) for labels, _ in result] == [
+        (ALONE, "trainer")]
