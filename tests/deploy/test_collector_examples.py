@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tests.deploy.conftest import ROOT, documents, validate_objects
+from tests.deploy.helpers import ROOT, assert_valid_objects, documents
 
 EXAMPLES = ROOT / "examples" / "collector"
 CONFIGS = ["sidecar.yaml", "node-agent.yaml"]
@@ -55,7 +55,7 @@ def test_node_agent_objects_validate():
     objects = documents((EXAMPLES / "node-agent-k8s.yaml").read_text())
     assert {o["kind"] for o in objects} == {
         "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet"}
-    validate_objects(objects)
+    assert_valid_objects(objects)
 
 
 def test_cluster_role_grants_what_k8sattributes_reads():

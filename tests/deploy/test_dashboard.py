@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.deploy.conftest import DEPLOY
+from tests.deploy.helpers import DEPLOY
 from tests.deploy.stack import grafana_to_promql
 
 DASHBOARD = json.loads((DEPLOY / "grafana" / "otel-gpu.json").read_text())
@@ -62,7 +62,8 @@ def test_substitution_leaves_no_variable():
 
 @pytest.mark.parametrize(("title", "expr"), QUERIES, ids=[t for t, _ in QUERIES])
 def test_every_panel_returns_data(node_stack, title, expr):
-    node_stack.wait_for_data(grafana_to_promql(expr))
+    result = node_stack.wait_for_data(grafana_to_promql(expr))
+    assert all(isinstance(value, float) for _, value in result), (title, result)
 
 
 @pytest.mark.parametrize("name", ["node", "gpu", "namespace", "pod"])

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from tests.deploy.conftest import ROOT
+from tests.deploy.helpers import ROOT
 
 FENCE = re.compile(r"^```promql\n(.*?)^```", re.S | re.M)
 SOURCES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
@@ -74,7 +74,8 @@ def test_every_doc_given_another_stack_has_queries():
 
 @pytest.mark.parametrize(("where", "expr"), QUERIES, ids=[w for w, _ in QUERIES])
 def test_every_documented_query_returns_data(request, where, expr):
-    request.getfixturevalue(stack_for(where)).wait_for_data(expr)
+    result = request.getfixturevalue(stack_for(where)).wait_for_data(expr)
+    assert all(isinstance(value, float) for _, value in result), (where, expr, result)
 
 
 def test_pods_per_gpu_counts_pods_not_replicas(node_stack):

@@ -13,14 +13,14 @@ import sys
 import pytest
 import yaml
 
-from tests.deploy.conftest import (
+from tests.deploy.helpers import (
     CHART,
     DEPLOY,
     GPU_NODE_TERMS,
+    assert_valid_objects,
     documents,
     helm_binary,
     run,
-    validate_objects,
 )
 from tests.support.certs import make_certs
 from tests.support.process import CollectorProcess, http_get, wait_until
@@ -105,7 +105,7 @@ def test_helm_lint_passes():
 def test_every_rendered_object_validates(tmp_path, case, api):
     extra = ("--api-versions", OPERATOR_API) if api else ()
     objects = _render(tmp_path, CASES[case], *extra)
-    validate_objects(objects)
+    assert_valid_objects(objects)
     kinds = [obj["kind"] for obj in objects]
     assert len(kinds) == len(set(kinds)) or kinds.count("ConfigMap") == 2, kinds
     for obj in objects:

@@ -22,7 +22,7 @@ import yaml
 from otel_gpu import config as settings
 from otel_gpu._log import FORMATS
 from tests.deploy import durations
-from tests.deploy.conftest import CHART, ROOT, helm_binary
+from tests.deploy.helpers import CHART, ROOT, helm_binary
 
 jsonschema = pytest.importorskip("jsonschema")
 

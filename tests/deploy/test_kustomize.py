@@ -6,16 +6,16 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tests.deploy.conftest import (
+from tests.deploy.helpers import (
     CHART,
     DEPLOY,
     GPU_NODE_TERMS,
     RULES,
+    assert_valid_objects,
     documents,
     helm_binary,
     run,
     tool,
-    validate_objects,
 )
 
 KUSTOMIZE = DEPLOY / "kustomize"
@@ -36,7 +36,7 @@ def _pod(objects):
 
 @pytest.mark.parametrize("target", ["base", "overlays/example"])
 def test_kustomize_output_validates(target):
-    validate_objects(_build(KUSTOMIZE / target))
+    assert_valid_objects(_build(KUSTOMIZE / target))
 
 
 def test_base_matches_the_charts_defaults(tmp_path):

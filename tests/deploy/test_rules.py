@@ -6,7 +6,7 @@ import subprocess
 
 import yaml
 
-from tests.deploy.conftest import DEPLOY, RULES, tool
+from tests.deploy.helpers import DEPLOY, RULES, tool
 
 TESTS = sorted((DEPLOY / "prometheus" / "tests").glob("*.yaml"))
 

@@ -11,7 +11,7 @@ import sys
 
 import yaml
 
-from tests.deploy.conftest import DEPLOY
+from tests.deploy.helpers import DEPLOY
 
 # a label matcher on an XID label: nvidia_gpu_xid (otel names), xid (dcgm), err_code ...
 MATCHER = re.compile(

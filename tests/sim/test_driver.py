@@ -16,7 +16,7 @@ from otel_gpu.sim import (
     deref,
     load_scenario,
 )
-from tests.sim.conftest import FAULTS, field, handles, next_sample, write
+from tests.sim.helpers import FAULTS, field, handles, next_sample, write
 
 # --- the library boundary ----------------------------------------------------------
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from tests.sim.conftest import FAULTS, handles, next_sample, token
+from tests.sim.helpers import FAULTS, handles, next_sample, token
 
 
 def test_xid_events_are_delivered_once_then_timeout(nvml):

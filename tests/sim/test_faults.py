@@ -5,7 +5,7 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from tests.sim.conftest import FAULTS, next_sample, write
+from tests.sim.helpers import FAULTS, next_sample, write
 
 
 def test_unsupported_function_raises_not_supported(nvml):

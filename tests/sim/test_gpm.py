@@ -6,7 +6,7 @@ import pynvml
 import pytest
 
 from otel_gpu.sim import ScenarioError, load_scenario
-from tests.sim.conftest import next_sample, write
+from tests.sim.helpers import next_sample, write
 
 SM = pynvml.NVML_GPM_METRIC_SM_UTIL
 TENSOR = pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL

@@ -6,28 +6,11 @@ import pynvml
 import pytest
 
 from otel_gpu.sim import ScenarioError, load_scenario
-from tests.sim.conftest import field, handles, next_sample, write
-
-GPU = """
-devices:
-  - name: NVIDIA L40S
-    count: 2
-    power_limits: {current: 300000, enforced: {start: 290000, per_device: 5000}, default: 350000,
-                   min: 100000, max: 350000}
-    performance_state: {start: 0, per_device: 8}
-    clocks: {video: 1500}
-    max_clocks: {graphics: 2520, sm: 2520, memory: 9001, video: {start: 1965, per_device: 5}}
-    pcie: {generation: {start: 4, step: -3}, max_generation: 4, width: 16, max_width: 16,
-           tx_throughput: {start: 2000, per_device: 10}, rx_throughput: 64000}
-    violations: {power: {start: 1500000000, per_device: 1000, step: 250000000},
-                 thermal: 7, sync_boost: 0, board_limit: 1, low_utilization: 9000000000,
-                 reliability: 2}
-    row_remap_histogram: {max: 700, high: 3, none: 1}
-"""
+from tests.sim.helpers import LIMITS, field, handles, next_sample, write
 
 
 def test_power_limits(nvml, tmp_path):
-    nvml(write(tmp_path, GPU))
+    nvml(write(tmp_path, LIMITS))
     h0, h1 = handles()
     next_sample()
     assert pynvml.nvmlDeviceGetPowerManagementLimit(h0) == 300000
@@ -56,7 +39,7 @@ def test_a_limit_not_given_is_not_supported(nvml, tmp_path):
 
 
 def test_performance_state_and_clocks(nvml, tmp_path):
-    nvml(write(tmp_path, GPU))
+    nvml(write(tmp_path, LIMITS))
     h0, h1 = handles()
     assert [pynvml.nvmlDeviceGetPerformanceState(h) for h in (h0, h1)] == [0, 8]
     assert pynvml.nvmlDeviceGetClockInfo(h0, pynvml.NVML_CLOCK_VIDEO) == 1500
@@ -67,7 +50,7 @@ def test_performance_state_and_clocks(nvml, tmp_path):
 
 
 def test_violation_status_is_nanoseconds_per_policy(nvml, tmp_path):
-    nvml(write(tmp_path, GPU))
+    nvml(write(tmp_path, LIMITS))
     h0, h1 = handles()
     next_sample()
     policies = [pynvml.NVML_PERF_POLICY_POWER, pynvml.NVML_PERF_POLICY_THERMAL,
@@ -84,7 +67,7 @@ def test_violation_status_is_nanoseconds_per_policy(nvml, tmp_path):
 
 
 def test_pcie_link_and_throughput(nvml, tmp_path):
-    nvml(write(tmp_path, GPU))
+    nvml(write(tmp_path, LIMITS))
     h0, h1 = handles()
     next_sample()
     assert pynvml.nvmlDeviceGetCurrPcieLinkGeneration(h0) == 4
@@ -98,13 +81,13 @@ def test_pcie_link_and_throughput(nvml, tmp_path):
 
 
 def test_row_remapper_histogram(nvml, tmp_path):
-    nvml(write(tmp_path, GPU))
+    nvml(write(tmp_path, LIMITS))
     hist = pynvml.nvmlDeviceGetRowRemapperHistogram(handles()[1])
     assert (hist.max, hist.high, hist.partial, hist.low, hist.none) == (700, 3, 0, 0, 1)
 
 
 def test_new_symbols_take_faults_and_answer_not_supported_on_mig(nvml, tmp_path):
-    nvml(write(tmp_path, GPU + """    no_permission: [nvmlDeviceGetPowerManagementLimit]
+    nvml(write(tmp_path, LIMITS + """    no_permission: [nvmlDeviceGetPowerManagementLimit]
     errors: {nvmlDeviceGetViolationStatus: UNKNOWN}
   - name: NVIDIA A30
     power_limits: {current: 165000}

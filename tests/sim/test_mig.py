@@ -5,7 +5,7 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from tests.sim.conftest import next_sample, token
+from tests.sim.helpers import next_sample, token
 
 
 def test_mig_enumeration_and_parent_lookup(nvml):

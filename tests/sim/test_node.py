@@ -9,7 +9,7 @@ import pytest
 from otel_gpu.sim import ScenarioError, load_scenario
 from otel_gpu.sim.node import cgroup_path, main, write_node
 from otel_gpu.sim.scenario import ContainerSpec, PodSpec
-from tests.sim.conftest import write
+from tests.sim.helpers import write
 
 UID = "6b1e1f0e-4d1c-4b7e-9d9a-2f8f1d2c3b4a"
 CID = "3f4e5d6c7b8a99887766554433221100ffeeddccbbaa00112233445566778899"

@@ -6,24 +6,11 @@ import pynvml
 import pytest
 
 from otel_gpu.sim import ScenarioError, load_scenario
-from tests.sim.conftest import handles, next_sample, write
+from tests.sim.helpers import THREE_LINKS, handles, next_sample, write
 
 ALL_LINKS = 0xFFFFFFFF
 TX = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
 RX = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
-
-THREE_LINKS = """
-devices:
-  - name: NVIDIA A100-SXM4-80GB
-    count: 2
-    nvlink:
-      links:
-        - {tx: {start: 1000, per_device: 100, step: 10}, rx: 7, crc_flit: 2, replay: 1}
-        - {tx: 20000, rx: 70, crc_flit: {start: 3, per_device: 1}, recovery: 4}
-        - {state: inactive, tx: 300000, crc_data: 5}
-        - {tx: 4000000, down_after: 1}
-"""
-
 
 def _fields(handle, *requests):
     return [(e.nvmlReturn, e.value.ullVal) for e in pynvml.nvmlDeviceGetFieldValues(

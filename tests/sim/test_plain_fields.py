@@ -5,9 +5,7 @@ from __future__ import annotations
 import pynvml
 
 from otel_gpu.sim.driver.fields import PLAIN
-from tests.sim.conftest import handles, next_sample, write
-from tests.sim.test_limits import GPU
-from tests.sim.test_nvlink import THREE_LINKS
+from tests.sim.helpers import LIMITS, THREE_LINKS, handles, next_sample, write
 
 POLICIES = ("POWER", "THERMAL", "SYNC_BOOST", "BOARD_LIMIT", "LOW_UTILIZATION", "RELIABILITY")
 
@@ -47,7 +45,7 @@ def _plain(handle) -> dict[int, int]:
 
 
 def test_every_plain_field_answers_what_its_call_answers(nvml, tmp_path):
-    nvml(write(tmp_path, GPU + "    power: {start: 250000, per_device: 7, step: 1000}\n"))
+    nvml(write(tmp_path, LIMITS + "    power: {start: 250000, per_device: 7, step: 1000}\n"))
     hs = handles()
     assert set(PLAIN) == set(_plain(hs[0]))  # the table covers every call with a field
     for _ in range(3):
@@ -62,7 +60,7 @@ def test_every_plain_field_answers_what_its_call_answers(nvml, tmp_path):
 
 
 def test_a_plain_field_shares_its_calls_faults_and_a_field_fault_stays_its_own(nvml, tmp_path):
-    nvml(write(tmp_path, GPU + """    power: 250000
+    nvml(write(tmp_path, LIMITS + """    power: 250000
     errors: {nvmlDeviceGetViolationStatus: NO_DATA, POWER_AVERAGE: INVALID_ARGUMENT}
     no_permission: [nvmlDeviceGetPowerManagementLimit]
 """))
@@ -90,7 +88,7 @@ def test_missing_data_is_not_supported_and_the_range_needs_both_ends(nvml, tmp_p
 
 def test_a_slow_call_makes_the_field_call_standing_for_it_slow(fake_nvml, tmp_path):
     sleeps: list[float] = []
-    fake_nvml(write(tmp_path, GPU + """    power: 250000
+    fake_nvml(write(tmp_path, LIMITS + """    power: 250000
     slow: [{function: nvmlDeviceGetPowerUsage, seconds: 2.5, after: 1}]
 """), sleep=sleeps.append, init=True)
     h = handles()[0]

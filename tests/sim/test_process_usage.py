@@ -7,7 +7,7 @@ import pytest
 
 from otel_gpu.sim import ScenarioError, load_scenario
 from otel_gpu.sim.driver.processes import EPOCH_US, SAMPLE_US
-from tests.sim.conftest import handles, next_sample, write
+from tests.sim.helpers import handles, next_sample, write
 
 SHARED = """\
 devices:

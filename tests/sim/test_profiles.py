@@ -6,7 +6,7 @@ import pynvml
 import pytest
 
 from otel_gpu.sim import builtin_profiles
-from tests.sim.conftest import field, handles, next_sample, token
+from tests.sim.helpers import field, handles, next_sample, token
 
 
 def test_builtin_profiles_are_listed_sorted():

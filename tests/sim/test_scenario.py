@@ -9,7 +9,7 @@ import pytest
 
 from otel_gpu.errors import SetupError
 from otel_gpu.sim import ScenarioError, load_scenario
-from tests.sim.conftest import handles, next_sample, write
+from tests.sim.helpers import handles, next_sample, write
 
 
 def test_generated_identity_is_deterministic():
