@@ -68,7 +68,7 @@ def test_check_lists_only_the_flags_it_uses(capsys):
     # not listed, but accepted (one set of arguments for serve and check) and checked
     args = cli.build_parser().parse_args(["check", "--listen", "127.0.0.1:1"])
     assert cli._config(args).listen == ("127.0.0.1", 1)
-    _exits_2_with(capsys, ["check", "--interval", "0"], "interval")
+    _expect_exit_2_with(capsys, ["check", "--interval", "0"], "interval")
 
 
 def test_flags_land_on_their_settings():
@@ -114,7 +114,7 @@ def test_library_log_window_is_a_minute_unless_cut_for_tests(value, seconds):
     assert library_window(environ) == seconds
 
 
-def _exits_2_with(capsys, argv: list[str], needle: str) -> None:
+def _expect_exit_2_with(capsys, argv: list[str], needle: str) -> None:
     with pytest.raises(SystemExit) as info:
         cli.main(argv)
     assert info.value.code == cli.EXIT_USAGE
@@ -138,12 +138,12 @@ def test_check_refuses_the_files_serve_refuses(capsys, tmp_path, extra, files, n
         (tmp_path / name).write_text(text)
     argv = ["check", "--simulate", "no-such-profile", *(a.replace("{d}", str(tmp_path))
                                                         for a in extra)]
-    _exits_2_with(capsys, argv, needle.replace("{d}", str(tmp_path)))
+    _expect_exit_2_with(capsys, argv, needle.replace("{d}", str(tmp_path)))
 
 
 def test_a_config_file_that_cannot_be_read_is_one_line(capsys, tmp_path):
     (tmp_path / "c.yaml").write_bytes(b"interval: \xff\n")
-    _exits_2_with(capsys, ["check", "--config", str(tmp_path / "c.yaml")], "not UTF-8 text")
+    _expect_exit_2_with(capsys, ["check", "--config", str(tmp_path / "c.yaml")], "not UTF-8 text")
 
 
 @pytest.mark.parametrize(("argv", "needle"), [
@@ -153,7 +153,7 @@ def test_a_config_file_that_cannot_be_read_is_one_line(capsys, tmp_path):
     (["--zzzzzz"], "unknown flag --zzzzzz (see otel-gpu --help)"),
 ])
 def test_an_unknown_flag_is_named_with_the_closest_known_one(capsys, argv, needle):
-    _exits_2_with(capsys, argv, needle)
+    _expect_exit_2_with(capsys, argv, needle)
 
 
 @pytest.mark.parametrize("argv", [["--sim", "t4"], ["check", "--pod-attr", "false"],

@@ -349,10 +349,14 @@ def test_a_counters_file_needs_the_dcgm_naming():
     assert cfg.collectors == "counters.csv"
 
 
-@pytest.mark.parametrize("good", ["127.0.0.1:0", "[::1]:9400", "localhost:80", ":9400",
-                                  "node-7.example.com:9400", "[fe80::1%eth0]:9400"])
-def test_listen_accepts_addresses_and_host_names(good):
-    parse_listen(good)
+@pytest.mark.parametrize(("good", "parsed"), [
+    ("127.0.0.1:0", ("127.0.0.1", 0)), ("[::1]:9400", ("::1", 9400)),
+    ("localhost:80", ("localhost", 80)), (":9400", ("0.0.0.0", 9400)),
+    ("node-7.example.com:9400", ("node-7.example.com", 9400)),
+    ("[fe80::1%eth0]:9400", ("fe80::1%eth0", 9400)),
+])
+def test_listen_accepts_addresses_and_host_names(good, parsed):
+    assert parse_listen(good) == parsed
 
 
 @pytest.mark.parametrize("bad", ["bad host:80", "[nothost]:80", "a\x00b:80", "host:٣", "[::1:80",

@@ -349,7 +349,7 @@ def _of_type(value: object, kind: object) -> bool:
     return isinstance(value, kind)  # type: ignore[arg-type]
 
 
-def _load_or_one_line(**kwargs) -> None:
+def _expect_load_or_one_line(**kwargs) -> None:
     """``load`` gives every setting a value of its row's type (finite durations), or fails
     with a SetupError of one non-empty line; nothing else."""
     try:
@@ -370,7 +370,7 @@ def test_generated_documents_load_or_fail_in_one_line(doc):
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "c.yaml"
         path.write_text(text, encoding="utf-8")
-        _load_or_one_line(flags={}, environ={}, config_file=str(path))
+        _expect_load_or_one_line(flags={}, environ={}, config_file=str(path))
 
 
 @GENERATED
@@ -379,7 +379,7 @@ def test_generated_yaml_text_and_bytes_load_or_fail_in_one_line(data):
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "c.yaml"
         path.write_bytes(data)
-        _load_or_one_line(flags={}, environ={}, config_file=str(path))
+        _expect_load_or_one_line(flags={}, environ={}, config_file=str(path))
 
 
 @GENERATED
@@ -387,10 +387,10 @@ def test_generated_yaml_text_and_bytes_load_or_fail_in_one_line(data):
        as_flags=st.booleans())
 def test_generated_flag_and_variable_values_load_or_fail_in_one_line(values, as_flags):
     if as_flags:
-        _load_or_one_line(flags=values, environ={})
+        _expect_load_or_one_line(flags=values, environ={})
     else:
         environ = {f"OTEL_GPU_{key.upper()}": value for key, value in values.items()}
-        _load_or_one_line(flags={}, environ=environ)
+        _expect_load_or_one_line(flags={}, environ=environ)
 
 
 _flag_text = st.text(alphabet=string.printable.replace("\x0b", "").replace("\x0c", ""),

@@ -117,7 +117,9 @@ def test_mig_instances_carry_their_pods(collector, kubelet):
         gpu0.uuid: None,  # the parent of MIG instances carries no pod
         A100[1].uuid: ("whole", "default", "main"),
     }
-    _wait_owners(proc, expected, metric="hw_gpu_memory_usage_bytes")
+    text = _wait_owners(proc, expected, metric="hw_gpu_memory_usage_bytes")
+    assert _owners(text, "hw_gpu_memory_usage_bytes")[migs["3g.20gb1"]] == ("big", "default",
+                                                                           "main")
 
 
 def test_kubelet_restart_keeps_labels_and_recovers(collector, kubelet):

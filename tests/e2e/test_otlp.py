@@ -159,8 +159,9 @@ def test_partial_success_is_logged(collector, receiver, protocol):
     receiver.partial_success(3, "hw.power: unit not allowed here")
     proc = collector("--simulate", "t4", env={**receiver.env(protocol), **FAST_EXPORT})
     receiver.wait_for(timeout=30)
-    wait_until(lambda: "3 data point(s) rejected: hw.power: unit not allowed here" in proc.log,
-               what="the partial-success log line")
+    lines = wait_until(lambda: [line for line in proc.log.splitlines() if "rejected" in line],
+                       what="the partial-success log line")
+    assert "3 data point(s) rejected: hw.power: unit not allowed here" in lines[0], lines
 
 
 def test_retries_when_the_backend_answers_errors(collector, receiver):

@@ -25,6 +25,7 @@ from otel_gpu.export.otlp import (
     resolve_protocol,
     validate,
 )
+from otel_gpu.export.otlp_transport import resolve
 from otel_gpu.wiring import choose_exporters
 from tests.support.certs import make_certs
 
@@ -236,7 +237,9 @@ def test_endpoints_are_checked_at_start_up(protocol, env, message):
 
 
 def test_grpc_takes_host_and_port():
-    validate(OtlpSettings(endpoint="collector:4317", protocol="grpc"), {})
+    settings = OtlpSettings(endpoint="collector:4317", protocol="grpc")
+    validate(settings, {})
+    assert resolve(settings, {}).grpc_arguments()["endpoint"] == "collector:4317"
 
 
 @pytest.fixture
@@ -251,6 +254,7 @@ def test_good_tls_files_pass(pki):
     for protocol in ("grpc", "http/protobuf"):
         exporter = build_exporter(dataclasses.replace(settings, protocol=protocol), {})
         exporter.shutdown()
+        assert type(exporter).__module__.split(".")[4] == protocol.split("/")[0], protocol
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])

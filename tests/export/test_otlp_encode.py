@@ -28,7 +28,7 @@ from otel_gpu.export.otlp_encode import Encoder, use_cached_encoding
 from tests.export.test_prometheus_text import DELTA, data, gauge, point, total
 
 
-def same(body: MetricsData, encoder: Encoder | None = None) -> None:
+def assert_same_as_the_sdk(body: MetricsData, encoder: Encoder | None = None) -> None:
     mine = (encoder or Encoder()).encode(body)  # bytes: NaN is never == NaN in a message
     assert (mine.SerializeToString(deterministic=True)
             == encode_metrics(body).SerializeToString(deterministic=True))
@@ -46,7 +46,7 @@ def test_values_times_and_kinds_match_the_sdks_encoder():
         gauge("no.description", [point(1)], description=None),
         Metric("zero.times", "", "", gauge("x", [NumberDataPoint({}, 0, 0, 1.0)]).data),
     ]
-    same(data(*metrics))
+    assert_same_as_the_sdk(data(*metrics))
 
 
 def test_attribute_values_of_every_type_match():
@@ -60,7 +60,7 @@ def test_attribute_values_of_every_type_match():
     encoder = Encoder()
     body = data(gauge("a", [point(n, a) for n, a in enumerate(attrs)]))
     for _ in range(2):  # the second from memory
-        same(body, encoder)
+        assert_same_as_the_sdk(body, encoder)
 
 
 def test_resources_and_scopes_are_grouped_as_the_sdk_groups_them():
@@ -68,14 +68,14 @@ def test_resources_and_scopes_are_grouped_as_the_sdk_groups_them():
     rm = [ResourceMetrics(Resource({"k8s.pod.name": f"p{i % 2}"}, "https://r"),
                           [ScopeMetrics(scope, [gauge("g", [point(i)])], "https://schema")],
                           "https://r") for i in range(3)]  # p0 twice: the later one wins
-    same(data(gauge("node", [point(1)]), more=rm))
-    same(MetricsData([]))
+    assert_same_as_the_sdk(data(gauge("node", [point(1)]), more=rm))
+    assert_same_as_the_sdk(MetricsData([]))
 
 
 def test_what_only_the_sdk_writes_goes_to_the_sdk():
     hist = Metric("latency", "", "s", Histogram([HistogramDataPoint(
         {"a": "b"}, 1, 2, 3, 6.0, [1, 2], [1.0], 1.0, 3.0)], 2))
-    same(data(hist, gauge("g", [point(1)])))
+    assert_same_as_the_sdk(data(hist, gauge("g", [point(1)])))
 
 
 def test_new_dicts_with_the_same_attributes_are_encoded_once():
@@ -90,7 +90,7 @@ def test_memory_is_bounded_and_stays_right():
     encoder = Encoder(max_sets=5)
     body = data(gauge("g", [point(i, {"i": i}) for i in range(40)]))
     for _ in range(3):
-        same(body, encoder)
+        assert_same_as_the_sdk(body, encoder)
     assert len(encoder._by_content) <= 5 and len(encoder._by_id) <= 5
 
 
