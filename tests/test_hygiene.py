@@ -122,7 +122,8 @@ def _tests(tree: ast.Module) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             yield node
         elif isinstance(node, ast.ClassDef):
-            yield from (n for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef))
+            yield from (n for n in node.body
+                        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef))
 
 
 def toothless(path: Path) -> list[str]:

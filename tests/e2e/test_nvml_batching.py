@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import textwrap
 
-from tests.sample.test_batching import CALLS_PER_GPU_PER_SAMPLE
 from tests.support.exposition import series
+from tests.support.nvml import CALLS_PER_GPU_PER_SAMPLE
 
 H100 = "NVIDIA H100 80GB HBM3"
 BATCHED = "GPU-00000000-0000-0000-0000-00000000000a"

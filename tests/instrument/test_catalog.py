@@ -244,15 +244,10 @@ def test_a_toy_metric_needs_one_entry_and_one_fake_function(fake_nvml):
     from otel_gpu.instrument.telemetry import build_meter_provider, build_resource
     from otel_gpu.sample.library import Nvml
     from otel_gpu.sample.sampler import Sampler
-
-    class WithBoardId(sim.FakeNvml):  # the one fake function
-        @sim.c_symbol
-        def nvmlDeviceGetBoardId(self, handle, out):
-            target, _ = self.check_device("nvmlDeviceGetBoardId", handle)
-            sim.deref(out).value = 2 + target.gpu.index
+    from tests.support.drivers import WithBoardId
 
     catalog = (*CATALOG, TOY)  # the one entry
-    fake_nvml("t4", driver=WithBoardId)
+    fake_nvml("t4", driver=WithBoardId)  # the one fake function (tests/support/drivers.py)
     nvml = Nvml()
     nvml.init()
     snapshot = Sampler(nvml, all_sources(catalog)).sample()
@@ -267,7 +262,7 @@ def test_a_toy_metric_needs_one_entry_and_one_fake_function(fake_nvml):
         for p in m.data.data_points
     }
     provider.shutdown()
-    assert points == {0: 2, 1: 3}
+    assert points == {0: 0, 1: 8}
     assert "nvmlDeviceGetBoardId" not in sim.FakeNvml.c_symbols()  # test-only
     assert TOY not in CATALOG
 

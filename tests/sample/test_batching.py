@@ -15,20 +15,10 @@ import pytest
 
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import Sampler
-from otel_gpu.sim import Fail, FakeNvml, c_symbol, deref
-from otel_gpu.sim.driver._core import arg_int
+from otel_gpu.sim import FakeNvml
 from otel_gpu.sim.driver.fields import PLAIN
-from tests.support.nvml import SOURCES
-
-CALLS_PER_GPU_PER_SAMPLE = {False: 17.5, True: 18.5}
-"""NVML calls per GPU per sample on h100x8, counted at the library, process usage off and
-on (it adds the per-process utilization call): the batched field call, the 14 calls NVML
-has no field id for (memory, utilization, encoder, decoder, temperature, four clocks,
-clock event reasons, P-state, PCIe generation and width, processes: asked for its size,
-then filled, on the two GPUs running processes), GPM's two, and the node's two (device
-count, XID event wait) shared by the 8 GPUs. It was 28.25 with power, two power
-limits, six violation times, the row remap histogram and the NVLink link states (19 calls
-counted as one) read on their own every sample."""
+from tests.support.drivers import OlderDriver, RefusingDriver
+from tests.support.nvml import CALLS_PER_GPU_PER_SAMPLE, SOURCES
 
 PLAIN_KEYS = {"power", "power.limit.current", "power.limit.enforced", "power.limit.default",
               "power.limit.min", "power.limit.max", "violation.power", "violation.thermal",
@@ -41,36 +31,6 @@ LINK_STATE = pynvml.NVML_FI_DEV_NVLINK_GET_STATE
 PLAIN_CALLS = ("nvmlDeviceGetPowerUsage", "nvmlDeviceGetPowerManagementLimit",
                "nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetPowerManagementDefaultLimit",
                "nvmlDeviceGetPowerManagementLimitConstraints", "nvmlDeviceGetViolationStatus")
-
-
-class OlderDriver(FakeNvml):
-    """A driver that does not know the newer field ids (the values with a call of their own,
-    the NVLink link states); it records each field request."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.requested: list[set[int]] = []
-
-    @c_symbol
-    def nvmlDeviceGetFieldValues(self, handle: Any, count: Any, values_ref: Any) -> None:
-        super().nvmlDeviceGetFieldValues(handle, count, values_ref)
-        values = deref(values_ref)
-        asked = {values[i].fieldId for i in range(arg_int(count))}
-        self.requested.append(asked)
-        for i in range(arg_int(count)):
-            if values[i].fieldId in PLAIN or values[i].fieldId == LINK_STATE:
-                values[i].nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
-
-
-class RefusingDriver(FakeNvml):
-    """A driver that refuses the whole field call when it holds an id it does not know."""
-
-    @c_symbol
-    def nvmlDeviceGetFieldValues(self, handle: Any, count: Any, values_ref: Any) -> None:
-        values = deref(values_ref)
-        if any(values[i].fieldId in PLAIN for i in range(arg_int(count))):
-            raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        super().nvmlDeviceGetFieldValues(handle, count, values_ref)
 
 
 def _sampler(fake_nvml, spec: str, driver: type[FakeNvml] = FakeNvml, **kw: Any):

@@ -7,11 +7,11 @@ import logging
 import pynvml
 import pytest
 
-from otel_gpu import sim
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import Sampler
 from otel_gpu.snapshot import DEGRADED, OK
-from tests.support.nvml import SOURCES
+from tests.support.drivers import Recording
+from tests.support.nvml import LINKS, SOURCES
 
 ALL_LINKS = 0xFFFFFFFF
 TX = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
@@ -20,26 +20,6 @@ STATE = pynvml.NVML_FI_DEV_NVLINK_GET_STATE
 NVLINK_KEYS = {"nvlink.links", "nvlink.active", "nvlink.tx", "nvlink.rx",
                "nvlink.errors.crc_flit", "nvlink.errors.crc_data", "nvlink.errors.replay",
                "nvlink.errors.recovery"}
-
-
-class Recording(sim.FakeNvml):
-    """Records the (field id, scope id) pairs of every field request, per call."""
-
-    failing: set[tuple[int, int]] = set()
-
-    def __init__(self, *args, **kwargs) -> None:
-        self.requests: list[list[tuple[int, int]]] = []
-        super().__init__(*args, **kwargs)
-
-    @sim.c_symbol
-    def nvmlDeviceGetFieldValues(self, handle, count, values_ref):
-        super().nvmlDeviceGetFieldValues(handle, count, values_ref)
-        values = sim.deref(values_ref)
-        pairs = [(values[i].fieldId, values[i].scopeId) for i in range(int(count.value))]
-        self.requests.append(pairs)
-        for i, pair in enumerate(pairs):
-            if pair in self.failing:
-                values[i].nvmlReturn = pynvml.NVML_ERROR_TIMEOUT
 
 
 @pytest.fixture
@@ -53,19 +33,6 @@ def sampler(fake_nvml):
         return lib, Sampler(nvml, SOURCES)
 
     return make
-
-
-LINKS = """
-devices:
-  - name: NVIDIA A100-SXM4-80GB
-    nvlink:
-      all_links_scope: {all_links_scope}
-      links:
-        - {{tx: {{start: 1000, step: 10}}, rx: 7, crc_flit: 2, replay: 1}}
-        - {{tx: 20000, rx: 70, crc_flit: 3, recovery: 4}}
-        - {{state: inactive, tx: 300000, rx: 700, crc_data: 5}}
-        - {{tx: 4000000, rx: 7000, down_after: 2}}
-"""
 
 
 def _link_requests(pairs):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 
-import pynvml
 import pytest
 
 from otel_gpu import sim
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import Sampler
+from tests.support.drivers import FailsSampleTwo, WithoutGpm
 from tests.support.nvml import SOURCES
 
 GPM_LOG = "otel_gpu.sample.gpm"
@@ -77,13 +77,8 @@ def test_unsupported_gpus_are_omitted_and_logged_once_per_node(driver, caplog):
 
 
 def test_a_driver_without_gpm_is_unsupported_too(driver, caplog):
-    class OldDriver(sim.FakeNvml):  # before R520: no GPM symbols
-        @property
-        def nvmlGpmQueryDeviceSupport(self):
-            raise AttributeError("nvmlGpmQueryDeviceSupport")
-
     caplog.set_level(logging.INFO, logger="otel_gpu")
-    lib, sampler = driver("h100x8", OldDriver)
+    lib, sampler = driver("h100x8", WithoutGpm)
     sampler.sample()
     snap = sampler.sample()
     assert all(gpm_values(s) == {} for s in snap.devices)
@@ -204,20 +199,13 @@ def test_buffers_are_freed_when_a_device_goes_and_at_close(driver):
 
 
 def test_a_failed_gpu_starts_a_new_interval_when_it_answers_again(driver):
-    class FlakyFields(sim.FakeNvml):
-        @sim.c_symbol
-        def nvmlDeviceGetFieldValues(self, handle, count, values):
-            if self.sample == 2:
-                raise sim.Fail(pynvml.NVML_ERROR_UNKNOWN)
-            return super().nvmlDeviceGetFieldValues(handle, count, values)
-
     lib, sampler = driver("""
         devices:
           - name: NVIDIA H100 80GB HBM3
             memory: {total: 1000}
             fields: {TOTAL_ENERGY_CONSUMPTION: 1}
             gpm: {SM_UTIL: {start: 10, step: 1}}
-    """, FlakyFields)
+    """, FailsSampleTwo)
     states = []
     for _ in range(4):
         s = sampler.sample().devices[0]

@@ -3,64 +3,18 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import pynvml
 import pytest
 
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import Sampler
-from otel_gpu.sim import c_symbol, deref
-from otel_gpu.sim.driver._core import arg_int
-from tests.sample.test_coverage import LINKS, TX, Recording
-from tests.support.nvml import SOURCES
+from tests.support.drivers import LinkTwoComesUp, NoStateField, Recording, StatesSayInactive
+from tests.support.nvml import LINKS, SOURCES
 
 STATE = pynvml.NVML_FI_DEV_NVLINK_GET_STATE
+TX = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
 NVLINK = ("nvlink.links", "nvlink.active", "nvlink.tx", "nvlink.rx", "nvlink.errors.crc_flit")
-
-
-class _StateFields(Recording):
-    """A driver whose batched link states differ from the simulator's: ``edit`` changes
-    each state entry of a field-value call."""
-
-    def edit(self, value: Any) -> None:
-        raise NotImplementedError
-
-    @c_symbol
-    def nvmlDeviceGetFieldValues(self, handle: Any, count: Any, values_ref: Any) -> None:
-        super().nvmlDeviceGetFieldValues(handle, count, values_ref)
-        values = deref(values_ref)
-        for i in range(arg_int(count)):
-            if values[i].fieldId == STATE:
-                self.edit(values[i])
-
-
-class LinkTwoComesUp(_StateFields):
-    """Link 2 (inactive in the scenario) is up from sample 3 on, in either answer."""
-
-    @c_symbol
-    def nvmlDeviceGetNvLinkState(self, handle: Any, link: Any, out: Any) -> None:
-        super().nvmlDeviceGetNvLinkState(handle, link, out)
-        if arg_int(link) == 2 and self.sample >= 3:
-            deref(out).value = pynvml.NVML_FEATURE_ENABLED
-
-    def edit(self, value: Any) -> None:
-        if value.scopeId == 2 and self.sample >= 3:
-            value.value.uiVal = pynvml.NVML_NVLINK_STATE_ACTIVE
-
-
-class StatesSayInactive(_StateFields):
-    """A driver whose batched states disagree with its calls per link."""
-
-    def edit(self, value: Any) -> None:
-        value.value.uiVal = pynvml.NVML_NVLINK_STATE_INACTIVE
-
-
-class NoStateField(_StateFields):
-    """A driver without the state field id."""
-
-    def edit(self, value: Any) -> None:
-        value.nvmlReturn = pynvml.NVML_ERROR_INVALID_ARGUMENT
 
 
 def _run(fake_nvml, driver: type[Recording], samples: int, scope: str = "false"):

@@ -12,11 +12,10 @@ from otel_gpu.sim import (
     DEVICE_SYMBOLS,
     FakeNvml,
     ScenarioError,
-    c_symbol,
-    deref,
     load_scenario,
 )
 from tests.sim.helpers import FAULTS, field, handles, next_sample, write
+from tests.support.drivers import WithBoardId
 
 # --- the library boundary ----------------------------------------------------------
 
@@ -169,15 +168,6 @@ def test_no_processes_is_a_single_successful_call(nvml):
 
 
 # --- adding a symbol ------------------------------------------------------------------
-
-
-class WithBoardId(FakeNvml):
-    """The built-in driver plus one NVML call: board id 0 on GPU 0, 8 on the others."""
-
-    @c_symbol
-    def nvmlDeviceGetBoardId(self, handle, out):
-        target, _ = self.check_device("nvmlDeviceGetBoardId", handle)
-        deref(out).value = 0 if target.gpu.index == 0 else 8
 
 
 def test_the_built_in_device_symbols_are_the_drivers():
