@@ -9,8 +9,6 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     InMemoryMetricReader,
-    MetricExporter,
-    MetricExportResult,
 )
 from opentelemetry.sdk.resources import Resource
 
@@ -28,6 +26,7 @@ from otel_gpu.export.otlp import (
 from otel_gpu.export.otlp_transport import resolve
 from otel_gpu.wiring import choose_exporters
 from tests.support.certs import make_certs
+from tests.support.exporters import RecordingExporter
 
 NODE = Resource({"service.name": "otel-gpu", "k8s.node.name": "node-1"})
 POD = {"k8s.pod.name": "train-0", "k8s.namespace.name": "ml", "k8s.container.name": "main"}
@@ -51,7 +50,7 @@ def _data():
 
 
 def test_regroup_puts_each_pod_under_its_own_resource():
-    exporter = PodResourceExporter(_Recorder(), NODE)
+    exporter = PodResourceExporter(RecordingExporter(), NODE)
     out = exporter.regroup(_data())
     groups = {rm.resource.attributes.get("k8s.pod.name"): rm for rm in out.resource_metrics}
     assert set(groups) == {None, "train-0", "train-1"}
@@ -72,7 +71,7 @@ def test_regroup_puts_each_pod_under_its_own_resource():
 def test_regrouping_again_reuses_each_pods_resource_and_stays_right():
     """Push after push the same pods: their Resources are made once; a new collection
     with other pods still gets the right ones."""
-    exporter = PodResourceExporter(_Recorder(), NODE)
+    exporter = PodResourceExporter(RecordingExporter(), NODE)
     data = _data()
 
     def by_pod(out):
@@ -91,24 +90,8 @@ def test_regrouping_again_reuses_each_pods_resource_and_stays_right():
                     assert point.attributes.get("hw.id") in {"GPU-0", "GPU-1", "GPU-2", None}
 
 
-class _Recorder(MetricExporter):
-    def __init__(self):
-        super().__init__()
-        self.exported = []
-
-    def export(self, metrics_data, timeout_millis=10_000, **kwargs):
-        self.exported.append(metrics_data)
-        return MetricExportResult.SUCCESS
-
-    def force_flush(self, timeout_millis=10_000):
-        return True
-
-    def shutdown(self, timeout_millis=30_000, **kwargs):
-        pass
-
-
 def test_export_passes_the_regrouped_data_on():
-    inner = _Recorder()
+    inner = RecordingExporter()
     PodResourceExporter(inner, NODE).export(_data())
     assert len(inner.exported[0].resource_metrics) == 3
 

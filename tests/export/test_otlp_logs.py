@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
-from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
+from opentelemetry.sdk._logs.export import LogRecordExporter
 from opentelemetry.sdk.resources import Resource
 
 from otel_gpu.export.events import ERROR, INFO, Event
@@ -17,25 +17,11 @@ from otel_gpu.export.otlp_logs import (
     validate,
 )
 from otel_gpu.export.otlp_transport import ATTRIBUTES, OtlpSettings, OtlpSetupError
+from tests.support.exporters import RecordingLogExporter
 from tests.support.otlp_receiver import OtlpReceiver
 
 NODE = Resource({"service.name": "otel-gpu", "k8s.node.name": "node-1"})
 POD = {"k8s.pod.name": "train-0", "k8s.namespace.name": "ml", "k8s.container.name": "main"}
-
-
-class _Recorder(LogRecordExporter):
-    def __init__(self) -> None:
-        self.batches: list = []
-
-    def export(self, batch):
-        self.batches.append(list(batch))
-        return LogRecordExportResult.SUCCESS
-
-    def shutdown(self) -> None:
-        pass
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return True
 
 
 def _event(uuid: str, pod: dict[str, str] | None = None, body: str = "x") -> Event:
@@ -51,7 +37,7 @@ def _emit(events: list[Event], exporter: LogRecordExporter) -> None:
 
 
 def test_records_of_one_pod_share_one_resource_and_lose_the_pod_attributes():
-    recorder = _Recorder()
+    recorder = RecordingLogExporter()
     other = {**POD, "k8s.pod.name": "train-1"}
     _emit([_event("GPU-0", POD), _event("GPU-1", other), _event("GPU-2"),
            _event("GPU-0", POD, "again")], PodResourceLogExporter(recorder, NODE))
@@ -71,7 +57,7 @@ def test_records_of_one_pod_share_one_resource_and_lose_the_pod_attributes():
 
 
 def test_records_of_an_hpc_job_go_under_the_jobs_resource():
-    recorder = _Recorder()
+    recorder = RecordingLogExporter()
     _emit([_event("GPU-0", {"nvidia.gpu.hpc.job.id": "1234"}), _event("GPU-1")],
           PodResourceLogExporter(recorder, NODE))
     batch = [r for b in recorder.batches for r in b]

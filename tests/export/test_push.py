@@ -7,43 +7,20 @@ from types import MappingProxyType
 
 import pytest
 from opentelemetry.sdk.metrics.export import (
-    MetricExporter,
-    MetricExportResult,
     MetricsData,
     PeriodicExportingMetricReader,
 )
 
-from otel_gpu.export.collected import CUMULATIVE, CollectingReader
+from otel_gpu.export.collected import CollectingReader
 from otel_gpu.export.otlp import OtlpSettings, build_reader
 from otel_gpu.export.push import OtlpPush, cumulative
 from otel_gpu.instrument.telemetry import build_meter_provider, build_resource
 from otel_gpu.snapshot import OK, Device, DeviceSample
+from tests.support.exporters import RecordingExporter
 from tests.support.process import wait_until
 from tests.support.snapshots import snapshot
 
 GPU = Device("GPU-aaaa", 0, "NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "00000000:18:00.0")
-
-
-class Recorder(MetricExporter):
-    """Keeps what it is given; fails while ``failing`` is set."""
-
-    def __init__(self) -> None:
-        super().__init__(preferred_temporality=CUMULATIVE)
-        self.exported: list[MetricsData] = []
-        self.failing = False
-        self.shut = False
-
-    def export(self, metrics_data, timeout_millis: float = 10_000, **kwargs):
-        if self.failing:
-            raise ConnectionError("backend\nunreachable")
-        self.exported.append(metrics_data)
-        return MetricExportResult.SUCCESS
-
-    def force_flush(self, timeout_millis: float = 10_000) -> bool:
-        return True
-
-    def shutdown(self, timeout_millis: float = 30_000, **kwargs) -> None:
-        self.shut = True
 
 
 def _power(data: MetricsData) -> list[float]:
@@ -54,7 +31,7 @@ def _power(data: MetricsData) -> list[float]:
 @pytest.fixture
 def wired():
     state = {"snap": snapshot(DeviceSample(GPU, OK, MappingProxyType({"power": 100_000})))}
-    source, exporter = CollectingReader(), Recorder()
+    source, exporter = CollectingReader(), RecordingExporter()
     push = OtlpPush(exporter, source, interval_s=math.inf, timeout_s=1.0, environ={})
     provider = build_meter_provider(build_resource(environ={}), [source, push],
                                     lambda: state["snap"])
@@ -100,7 +77,7 @@ def test_shutting_the_provider_down_exports_a_fresh_collection_once(wired):
 
 
 def test_the_loop_pushes_on_its_interval_and_stops():
-    source, exporter = CollectingReader(), Recorder()
+    source, exporter = CollectingReader(), RecordingExporter()
     state = {"snap": snapshot(DeviceSample(GPU, OK, MappingProxyType({"power": 1_000})))}
     push = OtlpPush(exporter, source, interval_s=0.01, environ={})
     provider = build_meter_provider(build_resource(environ={}), [source, push],
@@ -118,7 +95,7 @@ def test_the_loop_pushes_on_its_interval_and_stops():
     ({"OTEL_METRIC_EXPORT_INTERVAL": "soon"}, 60_000, 30_000),
 ])
 def test_interval_and_timeout_come_from_the_sdks_variables(environ, interval_ms, timeout_ms):
-    push = OtlpPush(Recorder(), CollectingReader(), environ=environ)
+    push = OtlpPush(RecordingExporter(), CollectingReader(), environ=environ)
     try:
         assert (push.interval_ms, push.timeout_ms) == (interval_ms, timeout_ms)
     finally:
@@ -126,7 +103,7 @@ def test_interval_and_timeout_come_from_the_sdks_variables(environ, interval_ms,
 
 
 def test_settings_win_over_the_variables():
-    push = OtlpPush(Recorder(), CollectingReader(), interval_s=5.0, timeout_s=2.0,
+    push = OtlpPush(RecordingExporter(), CollectingReader(), interval_s=5.0, timeout_s=2.0,
                     environ={"OTEL_METRIC_EXPORT_INTERVAL": "250"})
     try:
         assert (push.interval_ms, push.timeout_ms) == (5000.0, 2000.0)
@@ -162,7 +139,7 @@ def test_without_a_push_a_collection_is_not_kept_after_it_is_written():
     try:
         assert _power(source.collect_now()) == [1.0]
         assert source.latest is None and source.collections == 1
-        OtlpPush(Recorder(), source, interval_s=math.inf, environ={})  # a consumer: kept
+        OtlpPush(RecordingExporter(), source, interval_s=math.inf, environ={})  # a consumer: kept
         kept = source.collect_now()
         assert source.latest is kept
     finally:

@@ -372,14 +372,14 @@ def test_otlp_pushes_the_renders_collection_and_pins_its_own_to_one_snapshot():
     from otel_gpu.export.prometheus import new_reader
     from otel_gpu.export.push import OtlpPush
     from otel_gpu.instrument.telemetry import Telemetry
-    from tests.export.test_push import Recorder
+    from tests.support.exporters import RecordingExporter
 
     def sample_of(watts: float, seq: int):
         return snapshot(DeviceSample(GPU, OK, MappingProxyType({"power": watts * 1000,
                                                                 "temp.gpu": seq})), seq=seq)
 
     state = {"reads": 0, "snaps": [sample_of(100.0, 1)]}
-    exporter = Recorder()
+    exporter = RecordingExporter()
     built = {}
 
     def latest():

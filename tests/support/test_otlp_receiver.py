@@ -19,9 +19,6 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
-from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
-    OTLPMetricExporter as GrpcMetricExporter,
-)
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
     OTLPMetricExporter as HttpMetricExporter,
@@ -47,6 +44,7 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 
 from tests.support.certs import CertBundle, make_certs
+from tests.support.exporters import SdkExporters
 from tests.support.otlp_receiver import (
     ExportMetricsServiceRequest,
     ExportMetricsServiceResponse,
@@ -58,7 +56,6 @@ from tests.support.otlp_receiver import (
     rows,
 )
 
-Exporter = GrpcMetricExporter | HttpMetricExporter
 _CA_BUNDLE_VARS = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
 
 
@@ -94,39 +91,9 @@ def rx() -> Iterator[OtlpReceiver]:
         yield receiver
 
 
-class _Exporters:
-    """Builds SDK exporters aimed at a receiver and shuts them all down afterwards."""
-
-    def __init__(self) -> None:
-        self._made: list[Exporter] = []
-
-    def grpc(self, rx: OtlpReceiver | None = None, **kwargs: Any) -> GrpcMetricExporter:
-        if rx is not None:
-            kwargs.setdefault("endpoint", rx.grpc_endpoint)
-        kwargs.setdefault("timeout", 3)
-        exporter = GrpcMetricExporter(**kwargs)
-        self._made.append(exporter)
-        return exporter
-
-    def http(self, rx: OtlpReceiver | None = None, **kwargs: Any) -> HttpMetricExporter:
-        if rx is not None:
-            kwargs.setdefault("endpoint", rx.http_metrics_url)
-        kwargs.setdefault("timeout", 3)
-        exporter = HttpMetricExporter(**kwargs)
-        self._made.append(exporter)
-        return exporter
-
-    def make(self, transport: str, rx: OtlpReceiver, **kwargs: Any) -> Exporter:
-        return self.grpc(rx, **kwargs) if transport == "grpc" else self.http(rx, **kwargs)
-
-    def shutdown(self) -> None:
-        for exporter in self._made:
-            exporter.shutdown()
-
-
 @pytest.fixture
-def exporters() -> Iterator[_Exporters]:
-    made = _Exporters()
+def exporters() -> Iterator[SdkExporters]:
+    made = SdkExporters()
     yield made
     made.shutdown()
 
@@ -202,7 +169,7 @@ def raw_post(url: str, body: bytes, headers: dict[str, str], **kw: Any) -> tuple
     ],
 )
 def test_grpc_plain_round_trip(
-    rx: OtlpReceiver, exporters: _Exporters, compression: grpc.Compression, wire: str
+    rx: OtlpReceiver, exporters: SdkExporters, compression: grpc.Compression, wire: str
 ) -> None:
     exporter = exporters.grpc(rx, compression=compression)
     assert rx.grpc_endpoint == f"http://127.0.0.1:{rx.grpc_port}"
@@ -217,7 +184,7 @@ def test_grpc_plain_round_trip(
     assert_standard_rows(got.request)
 
 
-def test_http_plain_gzip_round_trip(rx: OtlpReceiver, exporters: _Exporters) -> None:
+def test_http_plain_gzip_round_trip(rx: OtlpReceiver, exporters: SdkExporters) -> None:
     exporter = exporters.http(rx, compression=Compression.Gzip)
 
     assert exporter.export(metrics_data()) is MetricExportResult.SUCCESS
@@ -232,7 +199,7 @@ def test_http_plain_gzip_round_trip(rx: OtlpReceiver, exporters: _Exporters) -> 
 @pytest.mark.parametrize("metrics_specific", [False, True])
 def test_http_configured_by_env_vars(
     rx: OtlpReceiver,
-    exporters: _Exporters,
+    exporters: SdkExporters,
     monkeypatch: pytest.MonkeyPatch,
     metrics_specific: bool,
 ) -> None:
@@ -256,7 +223,7 @@ def test_http_configured_by_env_vars(
 
 
 @pytest.mark.parametrize("transport", ["grpc", "http"])
-def test_headers_are_recorded(rx: OtlpReceiver, exporters: _Exporters, transport: str) -> None:
+def test_headers_are_recorded(rx: OtlpReceiver, exporters: SdkExporters, transport: str) -> None:
     # Lower-case keys: gRPC refuses others ("Illegal header key", INTERNAL, not retried).
     exporter = exporters.make(transport, rx, headers={"authorization": "Bearer t", "x-org": "o1"})
 
@@ -268,7 +235,7 @@ def test_headers_are_recorded(rx: OtlpReceiver, exporters: _Exporters, transport
     assert got.headers["x-org"] == "o1"
 
 
-def test_concurrent_exports_are_all_recorded(rx: OtlpReceiver, exporters: _Exporters) -> None:
+def test_concurrent_exports_are_all_recorded(rx: OtlpReceiver, exporters: SdkExporters) -> None:
     workers = [exporters.make("grpc" if i % 2 else "http", rx) for i in range(6)]
     results: dict[int, MetricExportResult] = {}
 
@@ -318,7 +285,7 @@ def test_periodic_reader_delivers_and_resumes_after_restart(rx: OtlpReceiver) ->
 @pytest.mark.parametrize("configured_by", ["credentials", "env"])
 def test_grpc_tls(
     certs: CertBundle,
-    exporters: _Exporters,
+    exporters: SdkExporters,
     monkeypatch: pytest.MonkeyPatch,
     configured_by: str,
 ) -> None:
@@ -341,7 +308,7 @@ def test_grpc_tls(
         assert_standard_rows(got.request)
 
 
-def test_grpc_tls_refused_without_the_ca(certs: CertBundle, exporters: _Exporters) -> None:
+def test_grpc_tls_refused_without_the_ca(certs: CertBundle, exporters: SdkExporters) -> None:
     with OtlpReceiver.with_tls(certs, http=False) as rx:
         exporter = exporters.grpc(rx, credentials=grpc.ssl_channel_credentials(), timeout=0.5)
 
@@ -352,7 +319,7 @@ def test_grpc_tls_refused_without_the_ca(certs: CertBundle, exporters: _Exporter
 @pytest.mark.parametrize("configured_by", ["credentials", "env"])
 def test_grpc_mtls(
     certs: CertBundle,
-    exporters: _Exporters,
+    exporters: SdkExporters,
     monkeypatch: pytest.MonkeyPatch,
     configured_by: str,
 ) -> None:
@@ -379,7 +346,7 @@ def test_grpc_mtls(
 
 @pytest.mark.parametrize("client", ["no-client-cert", "foreign-ca-client-cert"])
 def test_grpc_mtls_refuses_unknown_clients(
-    certs: CertBundle, foreign_certs: CertBundle, exporters: _Exporters, client: str
+    certs: CertBundle, foreign_certs: CertBundle, exporters: SdkExporters, client: str
 ) -> None:
     with OtlpReceiver.with_tls(certs, mtls=True, http=False) as rx:
         if client == "no-client-cert":
@@ -396,7 +363,7 @@ def test_grpc_mtls_refuses_unknown_clients(
         assert rx.attempts == []
 
 
-def test_http_tls(certs: CertBundle, exporters: _Exporters) -> None:
+def test_http_tls(certs: CertBundle, exporters: SdkExporters) -> None:
     with OtlpReceiver.with_tls(certs, grpc=False) as rx:
         assert rx.http_metrics_url.startswith("https://127.0.0.1:")
         exporter = exporters.http(rx, certificate_file=str(certs.ca_cert))
@@ -414,7 +381,7 @@ def test_http_tls(certs: CertBundle, exporters: _Exporters) -> None:
 
 
 def test_http_certificate_file_loses_to_requests_ca_bundle(
-    certs: CertBundle, exporters: _Exporters, monkeypatch: pytest.MonkeyPatch
+    certs: CertBundle, exporters: SdkExporters, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Trap for collector tests: requests prefers REQUESTS_CA_BUNDLE over the exporter's CA.
 
@@ -430,7 +397,7 @@ def test_http_certificate_file_loses_to_requests_ca_bundle(
         assert rx.attempts == []
 
 
-def test_http_mtls(certs: CertBundle, foreign_certs: CertBundle, exporters: _Exporters) -> None:
+def test_http_mtls(certs: CertBundle, foreign_certs: CertBundle, exporters: SdkExporters) -> None:
     with OtlpReceiver.with_tls(certs, mtls=True, grpc=False) as rx:
         exporter = exporters.http(
             rx,
@@ -465,7 +432,7 @@ def test_http_mtls(certs: CertBundle, foreign_certs: CertBundle, exporters: _Exp
     [("grpc", grpc.StatusCode.UNAVAILABLE, "UNAVAILABLE"), ("http", 503, "HTTP 503")],
 )
 def test_fail_next_then_success_with_sdk_backoff(
-    rx: OtlpReceiver, exporters: _Exporters, transport: str, status: Any, answer: str
+    rx: OtlpReceiver, exporters: SdkExporters, transport: str, status: Any, answer: str
 ) -> None:
     """Two transient failures: the SDK waits ~1 s then ~2 s (+-20 %) and the third try lands."""
     rx.fail_next(2, status)
@@ -494,7 +461,7 @@ def test_fail_next_then_success_with_sdk_backoff(
 )
 def test_fail_next_with_retry_hint(
     rx: OtlpReceiver,
-    exporters: _Exporters,
+    exporters: SdkExporters,
     transport: str,
     status: Any,
     answer: str,
@@ -523,7 +490,7 @@ def test_fail_next_with_retry_hint(
 
 
 @pytest.mark.parametrize("transport", ["grpc", "http"])
-def test_partial_success(rx: OtlpReceiver, exporters: _Exporters, transport: str) -> None:
+def test_partial_success(rx: OtlpReceiver, exporters: SdkExporters, transport: str) -> None:
     rx.partial_success(3, "3 points rejected by test")
     exporter = exporters.make(transport, rx)
 
@@ -555,7 +522,7 @@ def test_partial_success(rx: OtlpReceiver, exporters: _Exporters, transport: str
 
 
 @pytest.mark.parametrize("transport", ["grpc", "http"])
-def test_delay_slows_answers(rx: OtlpReceiver, exporters: _Exporters, transport: str) -> None:
+def test_delay_slows_answers(rx: OtlpReceiver, exporters: SdkExporters, transport: str) -> None:
     rx.delay(0.4)
     patient = exporters.make(transport, rx, timeout=3)
     started = time.monotonic()
@@ -568,7 +535,7 @@ def test_delay_slows_answers(rx: OtlpReceiver, exporters: _Exporters, transport:
 
 @pytest.mark.parametrize("transport", ["grpc", "http"])
 def test_stop_interrupts_a_delayed_answer(
-    rx: OtlpReceiver, exporters: _Exporters, transport: str
+    rx: OtlpReceiver, exporters: SdkExporters, transport: str
 ) -> None:
     rx.delay(60)
     exporter = exporters.make(transport, rx, timeout=1.5)
@@ -590,7 +557,7 @@ def test_stop_interrupts_a_delayed_answer(
 
 @pytest.mark.parametrize("transport", ["grpc", "http"])
 def test_stop_then_start_on_the_same_port(
-    rx: OtlpReceiver, exporters: _Exporters, transport: str
+    rx: OtlpReceiver, exporters: SdkExporters, transport: str
 ) -> None:
     exporter = exporters.make(transport, rx, timeout=2)
     endpoint = rx.grpc_endpoint if transport == "grpc" else rx.http_metrics_url
@@ -656,7 +623,7 @@ def test_http_json_and_chunked_bodies(rx: OtlpReceiver) -> None:
     assert got[1].headers["content-encoding"] == "gzip"
 
 
-def test_wait_for_explains_what_arrived(rx: OtlpReceiver, exporters: _Exporters) -> None:
+def test_wait_for_explains_what_arrived(rx: OtlpReceiver, exporters: SdkExporters) -> None:
     with pytest.raises(AssertionError, match="nothing arrived"):
         rx.wait_for(timeout=0.1)
 

@@ -9,7 +9,7 @@ from types import MappingProxyType
 
 from opentelemetry.metrics import Observation
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricExporter
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
 
 from otel_gpu.attribute.hpc import enrich
@@ -24,6 +24,7 @@ from otel_gpu.instrument.attributes import HPC_JOB, pod_attributes
 from otel_gpu.sample.library import Nvml
 from otel_gpu.snapshot import ProcessUsage
 from otel_gpu.wiring import sample_once
+from tests.support.exporters import RecordingExporter
 from tests.support.exposition import series
 from tests.support.snapshots import GPU0, GPU1, GPU2, MIG_A, MIG_B, MIG_C, sample, sample_node
 from tests.support.snapshots import snapshot as make_snapshot
@@ -175,7 +176,9 @@ def test_otlp_sends_each_jobs_series_under_a_job_resource():
     ]], unit="W")
     data = reader.get_metrics_data()
     provider.shutdown()
-    out = PodResourceExporter(_Discard(), node).regroup(data)
+    inner = RecordingExporter()
+    out = PodResourceExporter(inner, node).regroup(data)
+    assert inner.exported == []  # regrouped only
     groups = {rm.resource.attributes.get(HPC_JOB): rm for rm in out.resource_metrics}
     assert set(groups) == {None, "1001"}
     job = groups["1001"]
@@ -184,19 +187,6 @@ def test_otlp_sends_each_jobs_series_under_a_job_resource():
     assert sorted(dict(p.attributes)["hw.id"] for p in points) == ["GPU-0", "GPU-1"]
     assert all(HPC_JOB not in p.attributes for p in points)
     assert out.resource_metrics[0] is groups[None]
-
-
-class _Discard(MetricExporter):
-    """The exporter behind the regrouping; these tests only regroup."""
-
-    def export(self, metrics_data, timeout_millis=10_000, **kwargs):
-        raise AssertionError("not exported in this test")
-
-    def force_flush(self, timeout_millis=10_000):
-        return True
-
-    def shutdown(self, timeout_millis=30_000, **kwargs):
-        pass
 
 
 # --- wiring ----------------------------------------------------------------------------------
