@@ -156,10 +156,20 @@ def test_an_unknown_flag_is_named_with_the_closest_known_one(capsys, argv, needl
     _expect_exit_2_with(capsys, argv, needle)
 
 
-@pytest.mark.parametrize("argv", [["--sim", "t4"], ["check", "--pod-attr", "false"],
-                                  ["--interval", "5s", "--", "--not-a-flag"]])
-def test_prefixes_argparse_takes_are_not_unknown(argv):
-    cli.refuse_unknown_flags(cli.build_parser(), argv)  # no SystemExit
+@pytest.mark.parametrize(("argv", "key", "value"), [
+    (["--sim", "t4"], "simulate", "t4"),
+    (["check", "--pod-attr", "false"], "pod_attribution", "false"),
+])
+def test_prefixes_argparse_takes_are_not_unknown(argv, key, value):
+    parser = cli.build_parser()
+    cli.refuse_unknown_flags(parser, argv)  # no SystemExit
+    known, _ = parser.parse_known_args(argv)
+    assert getattr(known, key) == value  # the prefix is the flag it abbreviates
+
+
+def test_what_follows_a_double_dash_is_no_flag(capsys):
+    cli.refuse_unknown_flags(cli.build_parser(), ["--interval", "5s", "--", "--not-a-flag"])
+    assert capsys.readouterr().err == ""  # not named as an unknown flag
 
 
 def test_a_mistyped_variable_is_warned_about_at_start_up(capsys, monkeypatch, caplog):

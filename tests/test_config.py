@@ -25,9 +25,9 @@ from otel_gpu.config import (
     options_of,
     parse_duration,
     parse_listen,
-    setting,
 )
 from otel_gpu.errors import SetupError
+from tests.support.configs import ToyConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -164,18 +164,12 @@ def test_every_default_parses_to_its_rows_type():
         assert option.metavar and option.help, option.key
 
 
-@dataclasses.dataclass(frozen=True)
-class _ToyConfig(Config):
-    toy_limit: int = setting(int, "3", "COUNT", "a toy setting for this test", short="-T",
-                             serve_only=True)
-
-
 def test_a_new_field_is_a_flag_a_variable_a_file_key_and_a_row(monkeypatch, tmp_path, capsys):
-    options = options_of(_ToyConfig)
+    options = options_of(ToyConfig)
     assert options[:-1] == OPTIONS and options[-1].key == "toy_limit"
     assert options[-1].type is int and options[-1].serve_only
     monkeypatch.setattr(config.settings, "OPTIONS", options)
-    monkeypatch.setattr(config.settings, "Config", _ToyConfig)
+    monkeypatch.setattr(config.settings, "Config", ToyConfig)
     monkeypatch.setattr(cli, "OPTIONS", options)
     assert load({}, environ={}).toy_limit == 3
     assert load({}, environ={"OTEL_GPU_TOY_LIMIT": "5"}).toy_limit == 5

@@ -18,6 +18,8 @@ ROOT = TESTS.parent
 
 ROWS = {
     ("tests/e2e/test_bad_input.py", "Case"): "a frozen dataclass: one parametrisation row",
+    ("tests/e2e/test_energy.py", "Scrapes"): "no double: the test's own checker, asserting on "
+                                            "every body it scrapes of the real collector",
 }
 """Classes a test module may define: (path, name) -> why it is no double."""
 

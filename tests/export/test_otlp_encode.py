@@ -25,7 +25,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from otel_gpu.export.otlp_encode import Encoder, use_cached_encoding
-from tests.export.test_prometheus_text import DELTA, data, gauge, point, total
+from tests.support.metrics_data import DELTA, data, gauge, point, total
 
 
 def assert_same_as_the_sdk(body: MetricsData, encoder: Encoder | None = None) -> None:

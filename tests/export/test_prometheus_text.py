@@ -12,16 +12,12 @@ from types import MappingProxyType
 import pytest
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics.export import (
-    AggregationTemporality,
-    Gauge,
     Histogram,
     HistogramDataPoint,
     Metric,
     MetricsData,
-    NumberDataPoint,
     ResourceMetrics,
     ScopeMetrics,
-    Sum,
 )
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
@@ -33,9 +29,8 @@ from otel_gpu.export.prometheus import new_reader
 from otel_gpu.export.prometheus_text import TextWriter
 from otel_gpu.instrument.telemetry import build_meter_provider, build_resource
 from otel_gpu.snapshot import FAILED, OK, Attribution, Device, DeviceSample, Holder, PodRef, Pods
+from tests.support.metrics_data import CUMULATIVE, DELTA, data, gauge, point, total
 from tests.support.snapshots import snapshot
-
-CUMULATIVE, DELTA = AggregationTemporality.CUMULATIVE, AggregationTemporality.DELTA
 
 
 def oracle(data: MetricsData | None, *, scope_labels: bool = False,
@@ -48,26 +43,6 @@ def oracle(data: MetricsData | None, *, scope_labels: bool = False,
     if data is not None:
         reader._receive_metrics(data)
     return generate_latest(registry)
-
-
-def point(value, attributes=None):
-    return NumberDataPoint(attributes=attributes or {}, start_time_unix_nano=1,
-                           time_unix_nano=2, value=value)
-
-
-def gauge(name, points, unit="", description="a gauge"):
-    return Metric(name, description, unit, Gauge(points))
-
-
-def total(name, points, unit="", monotonic=True, temporality=CUMULATIVE, description="a sum"):
-    return Metric(name, description, unit, Sum(points, temporality, monotonic))
-
-
-def data(*metrics, scope=None, resource=None, more=()):
-    scope = scope or InstrumentationScope("otel_gpu", "1.2.3")
-    resource = resource or Resource({"service.name": "otel-gpu", "host.name": "node-1"})
-    rms = [ResourceMetrics(resource, [ScopeMetrics(scope, list(metrics), "")], "")]
-    return MetricsData(rms + list(more))
 
 
 ODD_VALUES = [

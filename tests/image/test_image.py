@@ -34,6 +34,7 @@ from pathlib import Path
 import pytest
 
 from otel_gpu import __version__
+from tests.image.buildah import Buildah
 from tests.image.recipe import ROOT, readme_commands
 from tests.support.exposition import series
 from tests.support.process import http_get, wait_until
@@ -44,25 +45,6 @@ WHEELS = ROOT / "dist" / "wheels"  # where the README exports them, allowed by .
 BASE = "localhost/otel-gpu-test-base:latest"
 # Debian release -> its python3: the base is one whose Python differs from the host's
 RELEASES = {"trixie": (3, 13), "bookworm": (3, 11)}
-
-
-class Buildah:
-    """``buildah`` with its own storage (vfs) under one directory, removed afterwards."""
-
-    def __init__(self, work: Path) -> None:
-        self.prefix = ["buildah", "--root", str(work / "storage"), "--runroot",
-                       str(work / "run"), "--storage-driver", "vfs"]
-
-    def argv(self, *args: str) -> list[str]:
-        return [*self.prefix, *args]
-
-    def __call__(self, *args: str, timeout: float = 900) -> str:
-        done = subprocess.run(self.argv(*args), capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
-        assert done.returncode == 0, (
-            f"buildah {' '.join(args)} exited {done.returncode}:\n"
-            f"{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
-        return done.stdout.strip()
 
 
 def _step(timings: dict[str, float], name: str, started: float) -> None:

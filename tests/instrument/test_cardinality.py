@@ -21,6 +21,7 @@ from otel_gpu.publish.store import SnapshotStore
 from otel_gpu.publish.timings import Timings
 from otel_gpu.snapshot import OK, Attribution, Device, DeviceSample, Holder, PodRef, Pods, Snapshot
 from tests.support.process import wait_until
+from tests.support.providers import RebuildingProvider
 from tests.support.snapshots import snapshot
 
 GPU = Device("GPU-1", 0, "Tesla T4", "Tesla T4", "00000000:01:00.0")
@@ -89,22 +90,12 @@ def test_cardinality_counts_devices_series_and_pods():
     assert cardinality(plain, ()) == (SDK_CARDINALITY_LIMIT, SDK_CARDINALITY_LIMIT - 1)
 
 
-class _Provider:
-    def __init__(self, room: int) -> None:
-        self.room = room
-        self.rebuilt: list[str] = []
-
-    def rebuild(self) -> int:
-        self.rebuilt.append(threading.current_thread().name)
-        return self.room
-
-
 def test_pods_outgrowing_the_sdk_wake_the_sampler_for_a_rebuild():
     """Growth seen on the kubelet thread is rebuilt at once on the sampler thread, not at
     the next sample (an hour away here); the room the rebuild reports becomes the guard's,
     and the latest snapshot is published again so that caches drop the old render."""
     pods = {"now": _held_by("p0")}
-    provider = _Provider(room=10_000)
+    provider = RebuildingProvider(room=10_000)
     store = SnapshotStore()
     pipeline = Pipeline(store, lambda: _snap(1), timings=Timings.from_interval(3600.0),
                         subscribers=(CardinalityGuard(provider),),
@@ -128,7 +119,7 @@ def test_pods_outgrowing_the_sdk_wake_the_sampler_for_a_rebuild():
 
 
 def test_finished_pods_piling_up_ask_for_one_rebuild_after_the_sample():
-    provider = _Provider(room=room_for(1))
+    provider = RebuildingProvider(room=room_for(1))
     guard = CardinalityGuard(provider, PodChurn(limit=3))
     followups = [guard.published(replace(_snap(i), pods=Pods(_held_by(f"p{i}"))))
                  for i in range(6)]

@@ -21,6 +21,7 @@ from otel_gpu.instrument.catalog import CATALOG
 from otel_gpu.instrument.instruments import Instruments
 from otel_gpu.instrument.telemetry import Telemetry, build_meter_provider, build_resource
 from otel_gpu.snapshot import FAILED, OK, Attribution, Device, DeviceSample, Holder, PodRef, Pods
+from tests.support.providers import NoMeter
 from tests.support.snapshots import snapshot
 
 GPU = Device("GPU-aaaa", 0, "NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "00000000:18:00.0",
@@ -217,7 +218,7 @@ def test_info_and_device_sets_are_made_once_while_nothing_changes():
     snap = _mixed_node()
     info_metric = next(m for m in CATALOG if m.describes_device)
     power = next(m for m in CATALOG if m.name == "hw.power")
-    instruments = Instruments(_NoMeter(), lambda: state["snap"])
+    instruments = Instruments(NoMeter(), lambda: state["snap"])
     state = {"snap": snap}
     first = [o.attributes for o in instruments.observe(info_metric)]
     first_power = [o.attributes for o in instruments.observe(power)]
@@ -230,14 +231,7 @@ def test_info_and_device_sets_are_made_once_while_nothing_changes():
 
 def test_an_unknown_device_attributes_setting_is_refused():
     with pytest.raises(ValueError, match="identity or all"):
-        Instruments(_NoMeter(), lambda: None, device_attributes="some")
-
-
-class _NoMeter:
-    """A meter that registers nothing: the callbacks are called by hand."""
-
-    def __getattr__(self, name):
-        return lambda *args, **kwargs: None
+        Instruments(NoMeter(), lambda: None, device_attributes="some")
 
 
 def test_failed_device_series_disappear(pipeline):

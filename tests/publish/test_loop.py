@@ -23,6 +23,7 @@ from otel_gpu.snapshot import (
 )
 from tests.support.process import wait_until
 from tests.support.snapshots import snapshot
+from tests.support.subscribers import RecordingSubscriber
 
 _LOCKISH = re.compile(r"(^|_)(r?lock|cond|mutex)s?($|_)", re.IGNORECASE)
 GPU = Device("GPU-1", 0, "Tesla T4", "Tesla T4", "00000000:01:00.0")
@@ -53,20 +54,6 @@ def _pipeline(sample=_never, interval=10.0, *, enrich=None, subscribers=(), **ti
     return Pipeline(SnapshotStore(), sample,
                     timings=replace(Timings.from_interval(interval), **timings),
                     subscribers=subscribers, stages=stages)
-
-
-class _Recorder:
-    """A subscriber recording what it was handed, answering with ``answer(snapshot)``."""
-
-    def __init__(self, answer=lambda snapshot: None):
-        self.seen: list[tuple[int, str, int]] = []
-        self.answer = answer
-        self.store: SnapshotStore | None = None
-
-    def published(self, snapshot):
-        version = self.store.version if self.store is not None else -1
-        self.seen.append((snapshot.seq, threading.current_thread().name, version))
-        return self.answer(snapshot)
 
 
 def test_new_pods_republish_the_latest_sample():
@@ -149,8 +136,8 @@ def test_an_urgent_followup_wakes_the_sampler_and_holds_the_later_subscribers():
             return urgent
         return None
 
-    first = _Recorder(answer)
-    later = _Recorder()
+    first = RecordingSubscriber(answer)
+    later = RecordingSubscriber()
     pipeline = _pipeline(lambda: _snap(1), interval=3600.0, subscribers=(first, later))
     first.store = later.store = pipeline.store
     pipeline.start()
@@ -181,7 +168,7 @@ def test_a_failing_followup_does_not_end_the_sampler_thread():
 
     urgent = Followup(run, urgent=True)
     pipeline = _pipeline(lambda: _snap(1), interval=3600.0,
-                         subscribers=(_Recorder(lambda s: urgent if s.pods else None),),
+                         subscribers=(RecordingSubscriber(lambda s: urgent if s.pods else None),),
                          enrich=lambda s: replace(s, pods=Pods(_held_by("p0"))))
     pipeline.start()
     try:
@@ -199,7 +186,7 @@ def test_followups_run_on_the_sampler_thread_not_the_kubelet_thread():
     followup = Followup(lambda: threads.append(threading.current_thread().name))
     pods = {"now": _held_by("p0")}
     pipeline = _pipeline(enrich=lambda s: replace(s, pods=Pods(pods["now"])),
-                         subscribers=(_Recorder(lambda s: followup),))
+                         subscribers=(RecordingSubscriber(lambda s: followup),))
     pipeline.publish_sample(_snap(1))
 
     def kubelet_thread() -> None:
@@ -239,8 +226,8 @@ def test_store_wait_for_returns_at_the_deadline_without_a_sample():
 
 def test_every_publication_reaches_every_subscriber_after_the_store_has_it():
     followup = Followup(lambda: None)
-    first = _Recorder(lambda s: followup if s.seq == 1 and len(first.seen) == 2 else None)
-    second = _Recorder()
+    first = RecordingSubscriber(lambda s: followup if s.seq == 1 and len(first.seen) == 2 else None)
+    second = RecordingSubscriber()
     pipeline = _pipeline(subscribers=(first, second))
     first.store = second.store = pipeline.store
     pipeline.pods_changed()  # nothing to publish yet

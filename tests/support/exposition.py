@@ -7,6 +7,8 @@ families; these helpers keep every sample line's own name and labels.
 from __future__ import annotations
 
 import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)(?: \d+)?$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -37,3 +39,38 @@ def series(text: str, name: str, **labels: str) -> list[tuple[dict[str, str], fl
         for n, lab, value in parse_samples(text)
         if n == name and all(lab.get(k) == v for k, v in labels.items())
     ]
+
+
+class ExpositionTarget:
+    """A fixed text exposition on 127.0.0.1:0, recording how it was scraped."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.accept_headers: list[str] = []
+        target = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path != "/metrics":
+                    self.send_error(404)
+                    return
+                target.accept_headers.append(self.headers.get("Accept", ""))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(target.body)))
+                self.end_headers()
+                self.wfile.write(target.body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass  # keep pytest output clean
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(5)

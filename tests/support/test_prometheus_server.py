@@ -13,14 +13,13 @@ import os
 import shutil
 import socket
 import subprocess
-import threading
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from tests.support.exposition import ExpositionTarget
 from tests.support.prometheus_server import (
     PrometheusServer,
     Sample,
@@ -44,41 +43,6 @@ DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="0"} 12345
 # TYPE naming_probe_info gauge
 naming_probe_info{job="dcgm-exporter",instance="node-a"} 1
 """
-
-
-class ExpositionTarget:
-    """A fixed text exposition on 127.0.0.1:0, recording how it was scraped."""
-
-    def __init__(self, body: bytes) -> None:
-        self.body = body
-        self.accept_headers: list[str] = []
-        target = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path != "/metrics":
-                    self.send_error(404)
-                    return
-                target.accept_headers.append(self.headers.get("Accept", ""))
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("Content-Length", str(len(target.body)))
-                self.end_headers()
-                self.wfile.write(target.body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass  # keep pytest output clean
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.address = f"127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join(5)
 
 
 @pytest.fixture(scope="module")

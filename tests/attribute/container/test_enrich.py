@@ -10,31 +10,16 @@ from otel_gpu.attribute.enrich import Enricher, Enrichers
 from otel_gpu.snapshot import (
     Attribution,
     ContainerRef,
-    ContainerStats,
     Pods,
     PodUsage,
     ProcessUsage,
 )
 from tests.support.snapshots import GPU0, GPU1, gpu_device, sample, snapshot
+from tests.support.sources import StaticRuntime
 
 A = "a" * 64
 B = "b" * 64
 TRAINER = ContainerRef(A, "trainer", "pytorch/pytorch")
-
-
-class _Source:
-    def __init__(self, state: RuntimeState | None) -> None:
-        self.state = state
-        self.stats = ContainerStats(containers=0 if state is None else len(state.containers))
-
-    def poll_once(self) -> bool:
-        return self.state is not None
-
-    def start(self) -> None:
-        pass
-
-    def stop(self, timeout: float = 2.0) -> None:
-        pass
 
 
 def _proc_root(tmp_path, **cgroups: str):
@@ -59,7 +44,7 @@ def test_devices_and_usage_per_container(tmp_path):
                       p12=f"0::/docker/{A}\n", p13=f"0::/machine.slice/libpod-{B}.scope\n",
                       p14="0::/user.slice/user-1000.slice/session-2.scope\n")
     state = RuntimeState(MappingProxyType({A: TRAINER}), 1.0)
-    stage = ContainerEnricher(_Source(state), root)
+    stage = ContainerEnricher(StaticRuntime(state), root)
     assert isinstance(stage, Enricher)
     joined = stage.process(_node())
     assert joined.series_containers(GPU0) == (TRAINER,)
@@ -77,7 +62,7 @@ def test_devices_and_usage_per_container(tmp_path):
 
 def test_read_once_per_sample_and_off_without_a_socket(tmp_path):
     root = _proc_root(tmp_path, p11=f"0::/docker/{A}\n")
-    source = _Source(RuntimeState(MappingProxyType({A: TRAINER}), 1.0))
+    source = StaticRuntime(RuntimeState(MappingProxyType({A: TRAINER}), 1.0))
     stage = ContainerEnricher(source, root)
     first = stage.process(_node(seq=1))
     (tmp_path / "11" / "cgroup").write_text("0::/\n")
@@ -90,7 +75,8 @@ def test_read_once_per_sample_and_off_without_a_socket(tmp_path):
 
 def test_the_pods_usage_stands_where_the_kubelet_answers(tmp_path):
     root = _proc_root(tmp_path, p11=f"0::/docker/{A}\n")
-    stage = ContainerEnricher(_Source(RuntimeState(MappingProxyType({A: TRAINER}), 1.0)), root)
+    runtime = StaticRuntime(RuntimeState(MappingProxyType({A: TRAINER}), 1.0))
+    stage = ContainerEnricher(runtime, root)
     pods_row = PodUsage(GPU0, None, 1, 100)
     node = _node()
     from dataclasses import replace

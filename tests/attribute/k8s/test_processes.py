@@ -25,6 +25,7 @@ from otel_gpu.sim.scenario import ContainerSpec, NodeSpec, PodSpec
 from otel_gpu.snapshot import Attribution, Holder, PodRef, ProcessUsage
 from tests.support.clock import FakeClock
 from tests.support.kubelet import FakePodSource
+from tests.support.mappers import CountingMapper
 from tests.support.snapshots import GPU0, GPU1, MIG_A, gpu_device, mig_device, sample, snapshot
 
 UID = "6b1e1f0e-4d1c-4b7e-9d9a-2f8f1d2c3b4a"
@@ -306,19 +307,9 @@ def test_a_pod_known_without_its_container_takes_the_one_holding_the_device():
 # --- the attribution stage ----------------------------------------------------------------------
 
 
-class _CountingMapper(ProcessMapper):
-    def __init__(self, *args, **kw) -> None:
-        super().__init__(*args, **kw)
-        self.calls = 0
-
-    def owners(self, pids):
-        self.calls += 1
-        return super().owners(pids)
-
-
 def test_the_enricher_attaches_usage_and_maps_once_per_sample(tree):
     _, paths = tree
-    mapper = _CountingMapper(paths.proc_root, paths.pod_log_root)
+    mapper = CountingMapper(paths.proc_root, paths.pod_log_root)
     watcher = FakePodSource(Allocation(PodRef("a", "ml", "main"), "nvidia.com/gpu", f"{GPU0}::0"),
                        Allocation(PodRef("idle", "ml", "main"), "nvidia.com/gpu", f"{GPU0}::1"))
     enrich = PodEnricher(watcher, paths.proc_root, processes=mapper)
