@@ -9,12 +9,12 @@ import pytest
 
 from otel_gpu import cli
 from otel_gpu.config import OPTIONS, ConfigError, load
-from otel_gpu.errors import SetupError
 from otel_gpu.export.naming.dcgm import CollectorsError
 from otel_gpu.export.otlp import OtlpSetupError
 from otel_gpu.export.webconfig import WebConfigError
 from otel_gpu.sample.library import NvmlUnavailable
 from otel_gpu.sim import ScenarioError
+from tests.support.nvml import RefusingNvml
 
 
 def _help(capsys, *argv: str) -> str:
@@ -83,15 +83,32 @@ def test_flags_land_on_their_settings():
     assert config.listen == load({}, environ={}).listen
 
 
+def _open_nvml_failing_with(monkeypatch, capsys, error: Exception) -> str:
+    import otel_gpu.wiring
+
+    monkeypatch.setattr(otel_gpu.wiring, "open_nvml", lambda simulate: RefusingNvml(error))
+    with pytest.raises(SystemExit) as info:
+        cli._open_nvml(load({}, environ={}))
+    assert info.value.code == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    return err.strip()
+
+
 @pytest.mark.parametrize(
     "error", [ConfigError, OtlpSetupError, WebConfigError, CollectorsError, ScenarioError]
 )
-def test_every_setup_error_is_a_setup_error(error):
-    assert issubclass(error, SetupError)
+def test_every_setup_error_is_its_one_line_and_exit_2(monkeypatch, capsys, error):
+    """The CLI catches them as setup errors: the user sees the message, no traceback."""
+    err = _open_nvml_failing_with(monkeypatch, capsys, error("the one line"))
+    assert err == "otel-gpu: error: the one line"
 
 
-def test_nvml_unavailable_is_not_a_setup_error():
-    assert not issubclass(NvmlUnavailable, SetupError)
+def test_nvml_unavailable_is_told_with_how_to_run_without_a_gpu(monkeypatch, capsys):
+    """Not a setup error: it gets the driver hint a plain setup error would not."""
+    err = _open_nvml_failing_with(monkeypatch, capsys, NvmlUnavailable("LIBRARY_NOT_FOUND"))
+    assert err.startswith("otel-gpu: error: NVML could not be loaded: LIBRARY_NOT_FOUND. ")
+    assert err.endswith("To run without a GPU: otel-gpu --simulate h100x8")
 
 
 def test_a_bad_scenario_exits_2_with_one_line(capsys):

@@ -202,8 +202,15 @@ def test_readme_settings_table_is_generated_from_the_rows():
     assert [row.split("`")[1] for row in rows] == [o.key for o in OPTIONS]
 
 
-def test_config_error_is_a_setup_error():
-    assert issubclass(ConfigError, SetupError) and issubclass(SetupError, ValueError)
+def test_a_config_error_is_caught_as_a_setup_error_and_a_value_error():
+    """What the CLI (``except SetupError``) and callers of ``load`` (``except ValueError``)
+    catch: one line naming the setting and where it came from."""
+    for caught in (SetupError, ValueError):
+        with pytest.raises(caught) as info:
+            load({}, environ={"OTEL_GPU_INTERVAL": "soon"})
+        text = str(info.value)
+        assert text.startswith("interval (from environment variable OTEL_GPU_INTERVAL): "), text
+        assert "\n" not in text
 
 
 # --- null, shapes, ranges: every setting by the same rules ------------------------------------

@@ -85,8 +85,12 @@ def test_scenario_errors_are_one_line_with_the_key_path(tmp_path, text, message)
     assert message in text
 
 
-def test_scenario_errors_are_setup_errors():
-    assert issubclass(ScenarioError, SetupError)
+def test_a_scenario_error_is_caught_as_a_setup_error_in_one_line(tmp_path):
+    """The CLI catches setup errors and prints their one line: a bad scenario is one."""
+    path = write(tmp_path, "devices: 7\n")
+    with pytest.raises(SetupError) as info:
+        load_scenario(path)
+    assert str(info.value).startswith(f"scenario {path}: ") and "\n" not in str(info.value)
 
 
 def test_missing_scenario_names_the_path_and_the_builtins(tmp_path):

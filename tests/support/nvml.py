@@ -116,3 +116,13 @@ def first_sample_values(profile: str = "h100x8") -> dict[str, dict[str, float]]:
         return out
     finally:
         sim.uninstall()
+
+
+class RefusingNvml:
+    """An NVML handle whose ``init`` raises ``error``: start-up failing the way it can."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def init(self) -> None:
+        raise self.error
