@@ -178,3 +178,21 @@ def test_the_checker_catches_what_it_is_for(tmp_path, monkeypatch, source, check
     path.write_text(source)
     monkeypatch.setitem(globals(), "ROOT", tmp_path)
     assert bool(check(path)) is breaks, (source, check(path))
+
+
+def _slow_places() -> tuple[str, ...]:
+    """``SLOW`` of tests/conftest.py, read from its source (a conftest is not imported)."""
+    for node in _tree(TESTS / "conftest.py").body:
+        if (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == "SLOW"):
+            return tuple(ast.literal_eval(node.value))
+    raise AssertionError("tests/conftest.py has no SLOW")
+
+
+def test_the_slow_marker_covers_every_long_run_and_names_real_places():
+    """The quick loop skips by place: a renamed file would silently join it."""
+    slow = _slow_places()
+    assert [place for place in slow if not (ROOT / place).exists()] == []
+    long_runs = [_rel(p) for p in _test_modules()
+                 if any(word in p.name for word in ("benchmark", "soak", "scale"))]
+    assert long_runs and [rel for rel in long_runs if not rel.startswith(slow)] == []
