@@ -210,9 +210,9 @@ class DriverCore:
     def device_symbols(cls) -> frozenset[str]:
         """The symbols a scenario device's faults may name: every ``nvmlDevice*`` one but
         the device count. Pass it to ``load_scenario`` for a subclass that adds some."""
+        system = cls.system_symbols()
         return frozenset(
-            name for name in cls.c_symbols()
-            if name.startswith("nvmlDevice") and name not in cls.system_symbols()
+            name for name in cls.c_symbols() if name.startswith("nvmlDevice") and name not in system
         )
 
     # --- bookkeeping --------------------------------------------------------------------
