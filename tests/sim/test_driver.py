@@ -171,8 +171,32 @@ def test_no_processes_is_a_single_successful_call(nvml):
 
 
 def test_the_built_in_device_symbols_are_the_drivers():
-    assert FakeNvml.device_symbols() == DEVICE_SYMBOLS
     assert WithBoardId.device_symbols() == DEVICE_SYMBOLS | {"nvmlDeviceGetBoardId"}
+    assert "nvmlDeviceGetCount_v2" in FakeNvml.system_symbols() - DEVICE_SYMBOLS
+    assert "nvmlDeviceGetPowerUsage" in DEVICE_SYMBOLS - FakeNvml.mig_symbols()
+    assert FakeNvml.mig_symbols() < DEVICE_SYMBOLS
+
+
+def test_a_scenario_may_fault_what_the_driver_marks(tmp_path):
+    """The symbols each level's faults may name are the driver's, by its c_symbol marks."""
+    system, mig = sorted(FakeNvml.system_symbols()), sorted(FakeNvml.mig_symbols())
+    errors = ", ".join(f"{name}: UNKNOWN" for name in system)
+    path = write(tmp_path, f"""
+errors: {{{errors}}}
+devices:
+  - name: NVIDIA A30
+    unsupported: [{", ".join(sorted(DEVICE_SYMBOLS))}]
+    mig: [{{profile: 1g.6gb, gpu_instance_id: 3, unsupported: [{", ".join(mig)}]}}]
+""")
+    scenario = load_scenario(path)
+    assert sorted(scenario.faults.calls) == system
+    assert set(scenario.devices[0].faults.calls) == DEVICE_SYMBOLS
+    assert sorted(scenario.devices[0].mig[0].faults.calls) == mig
+    unmarked = write(tmp_path, "devices:\n  - name: NVIDIA A30\n    mig: [{profile: 1g.6gb, "
+                               "gpu_instance_id: 3, unsupported: [nvmlDeviceGetPowerUsage]}]\n",
+                     "unmarked.yaml")
+    with pytest.raises(ScenarioError, match="unknown NVML function 'nvmlDeviceGetPowerUsage'"):
+        load_scenario(unmarked)
 
 
 def test_a_subclass_adds_a_symbol_with_one_method(nvml):

@@ -105,7 +105,7 @@ def test_missing_scenario_names_the_path_and_the_builtins(tmp_path):
 
 def test_builtin_errors_name_the_profile_file(monkeypatch, tmp_path):
     (tmp_path / "broken.yaml").write_text(GPU + "    memory: {total: x}\n")
-    monkeypatch.setattr("otel_gpu.sim.scenario.PROFILES_DIR", tmp_path)
+    monkeypatch.setattr("otel_gpu.sim.scenario.parse.PROFILES_DIR", tmp_path)
     with pytest.raises(ScenarioError, match=r"^scenario broken\.yaml: devices\[0\]\.memory"):
         load_scenario("broken")
 

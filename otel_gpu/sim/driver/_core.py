@@ -17,14 +17,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import pynvml
 
 from otel_gpu.sim.scenario import (
-    MIG_SYMBOLS,
     NOT_AVAILABLE,
-    SYSTEM_SYMBOLS,
     U32_MAX,
     Faults,
     GpuSpec,
@@ -46,16 +44,35 @@ class Fail(Exception):
         self.code = code
 
 
-def c_symbol(func: Callable[..., Any]) -> Callable[..., Any]:
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+@overload
+def c_symbol(func: _F, /) -> _F: ...
+@overload
+def c_symbol(*, mig: bool = False, system: bool = False) -> Callable[[_F], _F]: ...
+
+
+def c_symbol(func: Any = None, /, *, mig: bool = False, system: bool = False) -> Any:
     """Mark a method of a :class:`DriverCore` subclass as the C symbol of the same name.
 
     The method receives the ctypes arguments pynvml passes and returns None
     (``NVML_SUCCESS``), a value (what the C function returns, for the few that
     return no code), or raises :class:`Fail`. An override of a symbol must be
     marked too: an unmarked one is called bare, uncounted, its Fail escaping.
+
+    ``@c_symbol(mig=True)``: a device symbol that answers on a MIG handle too
+    (the others answer NOT_SUPPORTED there), so a MIG instance's faults may
+    name it. ``@c_symbol(system=True)``: a system-level symbol the scenario's
+    top-level ``errors`` may name.
     """
-    func._c_symbol = True  # type: ignore[attr-defined]
-    return func
+    def mark(f: _F) -> _F:
+        f._c_symbol = True  # type: ignore[attr-defined]
+        f._c_mig = mig  # type: ignore[attr-defined]
+        f._c_system = system  # type: ignore[attr-defined]
+        return f
+
+    return mark if func is None else mark(func)
 
 
 class Symbol:
@@ -167,23 +184,35 @@ class DriverCore:
             for m in gpu.mig:
                 self._targets[mig_token(gpu.index, m.slot)] = Target(gpu, m)
                 self._by_uuid[m.uuid] = mig_token(gpu.index, m.slot)
+        self._mig_symbols = self.mig_symbols()
         for name in self.c_symbols():
             setattr(self, name, Symbol(self, name, getattr(self, name)))
 
     @classmethod
-    def c_symbols(cls) -> frozenset[str]:
-        """The C symbols this class implements (its methods marked with :func:`c_symbol`)."""
+    def c_symbols(cls, mark: str = "_c_symbol") -> frozenset[str]:
+        """The C symbols this class implements (its methods marked with :func:`c_symbol`),
+        or those of them with ``mark`` set (``_c_mig``, ``_c_system``)."""
         return frozenset(
-            name for name in dir(cls) if getattr(getattr(cls, name), "_c_symbol", False)
+            name for name in dir(cls) if getattr(getattr(cls, name), mark, False)
         )
+
+    @classmethod
+    def system_symbols(cls) -> frozenset[str]:
+        """The symbols a scenario's top-level ``errors`` may name: ``c_symbol(system=True)``."""
+        return cls.c_symbols("_c_system")
+
+    @classmethod
+    def mig_symbols(cls) -> frozenset[str]:
+        """The device symbols that answer on a MIG handle: ``c_symbol(mig=True)``."""
+        return cls.c_symbols("_c_mig")
 
     @classmethod
     def device_symbols(cls) -> frozenset[str]:
         """The symbols a scenario device's faults may name: every ``nvmlDevice*`` one but
         the device count. Pass it to ``load_scenario`` for a subclass that adds some."""
+        system = cls.system_symbols()
         return frozenset(
-            name for name in cls.c_symbols()
-            if name.startswith("nvmlDevice") and name not in SYSTEM_SYMBOLS
+            name for name in cls.c_symbols() if name.startswith("nvmlDevice") and name not in system
         )
 
     # --- bookkeeping --------------------------------------------------------------------
@@ -229,7 +258,7 @@ class DriverCore:
         Initialised, a known handle, then the scenario's faults for ``symbol``
         on that GPU: ``lost_after``, ``slow``, ``unsupported`` /
         ``no_permission`` / ``errors``, and NOT_SUPPORTED on a MIG handle for
-        a symbol outside ``MIG_SYMBOLS``. Returns what the handle designates
+        a symbol not marked ``c_symbol(mig=True)``. Returns what the handle designates
         and the current sample.
         """
         sample = self.check_system(None)
@@ -249,7 +278,7 @@ class DriverCore:
         code = target.faults.calls.get(symbol)
         if code and code != NOT_AVAILABLE:
             raise Fail(code)
-        if target.mig is not None and symbol not in MIG_SYMBOLS:
+        if target.mig is not None and symbol not in self._mig_symbols:
             if symbol == "nvmlDeviceGetMigDeviceHandleByIndex":
                 raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
             raise Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)

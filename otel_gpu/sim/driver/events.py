@@ -44,7 +44,7 @@ class EventSymbols(DriverCore):
             raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return event_set
 
-    @c_symbol
+    @c_symbol(system=True)
     def nvmlEventSetCreate(self, out: Any) -> None:
         self.check_system("nvmlEventSetCreate")
         with self._lock:
@@ -81,7 +81,7 @@ class EventSymbols(DriverCore):
             gpu = self.scenario.devices[index]
             return gpu, gpu.xid[n]
 
-    @c_symbol
+    @c_symbol(system=True)
     def nvmlEventSetWait_v2(self, event_set: Any, data_ref: Any, timeout_ms: Any) -> None:
         self.check_system("nvmlEventSetWait_v2")
         with self._lock:
@@ -101,7 +101,7 @@ class EventSymbols(DriverCore):
         data.gpuInstanceId = xid.gpu_instance_id
         data.computeInstanceId = xid.compute_instance_id
 
-    @c_symbol
+    @c_symbol(system=True)
     def nvmlEventSetFree(self, event_set: Any) -> None:
         self.check_system("nvmlEventSetFree")
         with self._lock:

@@ -109,7 +109,7 @@ _SAMPLE_PERIOD_US = 10_000_000
 
 
 class FieldSymbols(DriverCore):
-    @c_symbol
+    @c_symbol(mig=True)
     def nvmlDeviceGetFieldValues(self, handle: Any, count: Any, values_ref: Any) -> None:
         target, sample = self.check_device("nvmlDeviceGetFieldValues", handle)
         values = deref(values_ref)

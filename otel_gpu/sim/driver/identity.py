@@ -37,7 +37,7 @@ class IdentitySymbols(DriverCore):
         self._check("nvmlDeviceGetHandleByIndex_v2", self._targets[gpu_token(i)], sample)
         write_handle(out, gpu_token(i))
 
-    @c_symbol
+    @c_symbol(mig=True)
     def nvmlDeviceGetHandleByUUID(self, uuid: Any, out: Any) -> None:
         sample = self.check_system(None)
         raw = getattr(uuid, "value", uuid)
@@ -50,12 +50,12 @@ class IdentitySymbols(DriverCore):
 
     # --- identity -----------------------------------------------------------------------
 
-    @c_symbol
+    @c_symbol(mig=True)
     def nvmlDeviceGetUUID(self, handle: Any, buf: Any, length: Any) -> None:
         target, _ = self.check_device("nvmlDeviceGetUUID", handle)
         write_text(buf, length, target.mig.uuid if target.mig else target.gpu.uuid)
 
-    @c_symbol
+    @c_symbol(mig=True)
     def nvmlDeviceGetName(self, handle: Any, buf: Any, length: Any) -> None:
         target, _ = self.check_device("nvmlDeviceGetName", handle)
         write_text(buf, length, target.mig.name if target.mig else target.gpu.name)
@@ -71,7 +71,7 @@ class IdentitySymbols(DriverCore):
         # One version per GPU, derived from its index: 96.00.30.00.01, 96.00.31.00.01, ...
         write_text(buf, length, f"96.00.{0x30 + target.gpu.index:02X}.00.01")
 
-    @c_symbol
+    @c_symbol(mig=True)
     def nvmlDeviceGetPciInfo_v3(self, handle: Any, info_ref: Any) -> None:
         target, _ = self.check_device("nvmlDeviceGetPciInfo_v3", handle)
         info = deref(info_ref)

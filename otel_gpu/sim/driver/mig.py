@@ -95,26 +95,26 @@ class MigSymbols(DriverCore):
             raise Fail(pynvml.NVML_ERROR_NOT_FOUND)
         write_handle(out, mig_token(gpu.index, slot))
 
-    @c_symbol
+    @c_symbol(mig=True)
     def nvmlDeviceIsMigDeviceHandle(self, handle: Any, out: Any) -> None:
         target, _ = self.check_device("nvmlDeviceIsMigDeviceHandle", handle)
         deref(out).value = int(target.mig is not None)
 
-    @c_symbol
+    @c_symbol(mig=True)
     def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle: Any, out: Any) -> None:
         target, _ = self.check_device("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", handle)
         if target.mig is None:
             raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         write_handle(out, gpu_token(target.gpu.index))
 
-    @c_symbol
+    @c_symbol(mig=True)
     def nvmlDeviceGetGpuInstanceId(self, handle: Any, out: Any) -> None:
         target, _ = self.check_device("nvmlDeviceGetGpuInstanceId", handle)
         if target.mig is None:
             raise Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
         deref(out).value = target.mig.gpu_instance_id
 
-    @c_symbol
+    @c_symbol(mig=True)
     def nvmlDeviceGetComputeInstanceId(self, handle: Any, out: Any) -> None:
         target, _ = self.check_device("nvmlDeviceGetComputeInstanceId", handle)
         if target.mig is None:

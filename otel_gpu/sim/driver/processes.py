@@ -37,7 +37,7 @@ class ProcessSymbols(DriverCore):
             rows.extend((p, m.gpu_instance_id, m.compute_instance_id) for p in m.processes)
         return [row for row in rows if row[0].listed_at(sample)]
 
-    @c_symbol
+    @c_symbol(mig=True)
     def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: Any, count_ref: Any,
                                                 infos: Any) -> None:
         target, sample = self.check_device("nvmlDeviceGetComputeRunningProcesses_v3", handle)

@@ -28,7 +28,7 @@ class ReadingSymbols(DriverCore):
             raise Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return memory.at(sample, target.gpu.position)
 
-    @c_symbol
+    @c_symbol(mig=True)
     def nvmlDeviceGetMemoryInfo(self, handle: Any, mem_ref: Any) -> None:
         total, reserved, used, free = self._memory(*self.check_device("nvmlDeviceGetMemoryInfo",
                                                                       handle))
@@ -36,7 +36,7 @@ class ReadingSymbols(DriverCore):
         # v1 has no "reserved": the driver counts it as used.
         mem.total, mem.used, mem.free = total, used + reserved, free
 
-    @c_symbol
+    @c_symbol(mig=True)
     def nvmlDeviceGetMemoryInfo_v2(self, handle: Any, mem_ref: Any) -> None:
         target, sample = self.check_device("nvmlDeviceGetMemoryInfo_v2", handle)
         mem = deref(mem_ref)

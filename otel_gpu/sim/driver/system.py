@@ -15,19 +15,19 @@ from otel_gpu.sim.driver._core import DriverCore, arg_int, c_symbol, deref, writ
 
 
 class SystemSymbols(DriverCore):
-    @c_symbol
+    @c_symbol(system=True)
     def nvmlInitWithFlags(self, flags: Any) -> None:
         self.check_system("nvmlInitWithFlags", need_init=False)
         with self._lock:
             self._init_depth += 1
 
-    @c_symbol
+    @c_symbol(system=True)
     def nvmlInit_v2(self) -> None:
         self.check_system("nvmlInit_v2", need_init=False)
         with self._lock:
             self._init_depth += 1
 
-    @c_symbol
+    @c_symbol(system=True)
     def nvmlShutdown(self) -> None:
         self.check_system("nvmlShutdown")
         with self._lock:
@@ -41,17 +41,17 @@ class SystemSymbols(DriverCore):
                 return name[len("NVML_ERROR_"):].replace("_", " ").capitalize().encode()
         return b"Unknown Error" if value else b"Success"
 
-    @c_symbol
+    @c_symbol(system=True)
     def nvmlSystemGetDriverVersion(self, buf: Any, length: Any) -> None:
         self.check_system("nvmlSystemGetDriverVersion")
         write_text(buf, length, self.scenario.driver_version)
 
-    @c_symbol
+    @c_symbol(system=True)
     def nvmlSystemGetNVMLVersion(self, buf: Any, length: Any) -> None:
         self.check_system("nvmlSystemGetNVMLVersion")
         write_text(buf, length, self.scenario.nvml_version)
 
-    @c_symbol
+    @c_symbol(system=True)
     def nvmlDeviceGetCount_v2(self, count_ref: Any) -> None:
         self.check_system("nvmlDeviceGetCount_v2")
         deref(count_ref).value = len(self.scenario.devices)
