@@ -162,8 +162,8 @@ def choose_exporters(config: Config, environ: Mapping[str, str]) -> tuple[str, .
 
 
 class RenderSubscriber:
-    """A publish-loop subscriber: renders /metrics on the publishing thread, so that no
-    scrape waits for a render."""
+    """A publish-loop subscriber: renders /metrics on the publishing thread while someone
+    scrapes, so that no scrape waits for a render (see RenderCache.refresh)."""
 
     def __init__(self, cache: RenderCache) -> None:
         self._cache = cache
@@ -253,7 +253,8 @@ class Service:
 
             self.cache = RenderCache(body, lambda: store.version,
                                      max_age=timings.render_max_age, clock=clock,
-                                     published=lambda: store.latest is not None)
+                                     published=lambda: store.latest is not None,
+                                     idle_after=timings.render_idle_after)
             subscribers.append(RenderSubscriber(self.cache))
         if detector is not None and self.events is not None:
             subscribers.append(EventSubscriber(detector, self.events.emit))

@@ -109,14 +109,16 @@ def test_a_rebuilt_pipeline_keeps_rendering(build_service):
 
 
 def test_a_scrape_after_a_publish_never_renders(build_service):
-    """Every publication (a sample, new pods, a rebuild) renders the body on the publishing
-    thread; the scrapes that follow only serve it."""
+    """Once a scrape came, every publication (a sample, new pods, a rebuild) renders the body
+    on the publishing thread; the scrapes that follow only serve it. (The first scrape
+    renders: no publication renders for a reader that never asked.)"""
     service = build_service(interval="10s")
     gpu = Device(T4_UUID, 0, "Tesla T4", "Tesla T4", "00000000:01:00.0")
     cache = service.cache
     for seq in (1, 2):
         service.pipeline.publish_sample(snapshot(DeviceSample(gpu, values={"power": 70000.0}),
                                                  seq=seq))
+        assert cache.renders == {1: 0, 2: 2}[seq]  # the first, unasked, waits for its scrape
         for _ in range(3):
             assert cache.get().key == service.pipeline.store.version
         assert cache.renders == seq

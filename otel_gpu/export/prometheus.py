@@ -1,17 +1,25 @@
 """The Prometheus scrape endpoint: ``/metrics``, ``/healthz`` and ``/readyz``.
 
-The exposition is rendered on the publishing path: the pipeline calls
-:meth:`RenderCache.refresh` after each new sample and each pod change, so a
-scrape finds a body already rendered (and gzipped) and only writes it out.
-While a newer body is being rendered, scrapes are served the previous one
-instead of waiting. A scrape renders by itself only when no render is
-running and no body exists yet, or the body's snapshot changed (a cache
-nobody refreshes), or the body is older than ``max_age``: no publish for that
-long means the sampler is stuck, and rendering again is what keeps
+The exposition is rendered on the publishing path while someone scrapes: the
+pipeline calls :meth:`RenderCache.refresh` after each new sample and each pod
+change, so a scrape finds a body already rendered (and gzipped) and only
+writes it out. While a newer body is being rendered, scrapes are served the
+previous one instead of waiting. A scrape renders by itself only when no
+render is running and no body exists yet, or the body's snapshot changed (a
+cache nobody refreshes), or the body is older than ``max_age``: no publish
+for that long means the sampler is stuck, and rendering again is what keeps
 ``otel_gpu_sample_age_seconds`` growing. The age in a body is the age when
 it was rendered, so between two samples it stays what it was just after the
 last one (about 0), and while the sampler is stuck it grows in steps of
 ``max_age`` at most.
+
+A render is one SDK collection of every series (most of a cycle's CPU), so
+it is made for a reader: when no scrape came for ``idle_after`` (nobody
+scrapes, or none has yet), a publication does not render; it drops the body
+it made stale, and the next scrape renders the new one (paying one render,
+as a prometheus_client exporter pays on every scrape), after which the
+publications render again. No scrape is served a body more than one
+publication behind.
 
 The server is :mod:`otel_gpu.export.http_server`'s, with its bounds against
 clients that misbehave.
@@ -90,6 +98,7 @@ class RenderCache:
         max_age: float,
         clock: Callable[[], float] = time.monotonic,
         published: Callable[[], bool] | None = None,
+        idle_after: float | None = None,
     ) -> None:
         self._render = render
         self.published = published
@@ -100,10 +109,16 @@ class RenderCache:
         self._clock = clock
         self._lock = threading.Lock()
         self._cached: _Rendered | None = None
+        self._idle_after = idle_after
+        """No scrape for this long: publications stop rendering (None: they always render)."""
+        self._asked: float | None = None  # when a scrape last asked (None: none yet)
         self.renders = 0
+        self.skipped = 0
+        """Publications left unrendered because nobody was scraping."""
         self._limited = LogLimiter(log, 60.0)
 
     def get(self) -> _Rendered:
+        self._asked = self._clock()  # one store of a float: no lock needed
         cached = self._cached
         if cached is not None and (self._lock.locked() or (
                 cached.key == self._key() and self._clock() - cached.at < self._max_age)):
@@ -117,7 +132,8 @@ class RenderCache:
             return cached
 
     def refresh(self) -> None:
-        """Render the latest snapshot now (on the publishing thread), unless already done.
+        """Render the latest snapshot now (on the publishing thread), unless already done or
+        nobody is scraping; then the stale body is dropped, for the next scrape to render.
 
         A failure is logged (at most once a minute), never raised into the publisher:
         the next scrape then tries again and answers 500 if it fails too.
@@ -125,12 +141,25 @@ class RenderCache:
         try:
             with self._lock:
                 key = self._key()
+                now = self._clock()
                 cached = self._cached
-                if cached is None or cached.key != key:
-                    self._render_now(key, self._clock())
+                if cached is not None and cached.key == key:
+                    return
+                if self._idle(now):
+                    self._cached = None  # a scrape renders the new one; none gets the old
+                    self.skipped += 1
+                    return
+                self._render_now(key, now)
         except Exception as exc:  # noqa: BLE001 - the publisher must outlive a render bug
             self._limited.log("refresh", logging.ERROR, "rendering /metrics failed: %s at %s",
                               describe(exc), where(exc))
+
+    def _idle(self, now: float) -> bool:
+        """Whether no scrape came for ``idle_after`` (or none at all yet)."""
+        if self._idle_after is None:
+            return False
+        asked = self._asked
+        return asked is None or now - asked >= self._idle_after
 
     def _render_now(self, key: object, now: float) -> _Rendered:
         body = self._render()

@@ -23,7 +23,9 @@ Threads, and what each owns::
                            subscribers, in order, still under Pipeline._lock: the
                            cardinality guard (instrument.cardinality), the render
                            subscriber (RenderCache.refresh: the Prometheus body is
-                           rendered right after publishing), and the event
+                           rendered right after publishing while someone scrapes;
+                           with no scrape for a while, the stale body is only
+                           dropped), and the event
                            subscriber, which turns a sample published for the first
                            time into GPU events (export.events) and queues them
                            for the OTLP logs pipeline (no wait on the backend).
@@ -36,8 +38,10 @@ Threads, and what each owns::
                            which returns the body rendered on publishing; it renders
                            (Telemetry.render() -> one SDK collection through
                            CollectingReader -> instrument callbacks -> the pinned
-                           snapshot -> TextWriter) only before the first publish or
-                           when no publish came for the cache's max_age.
+                           snapshot -> TextWriter) only before the first publish,
+                           when no publish came for the cache's max_age, or when
+                           nobody scraped for its idle_after (the publications then
+                           stopped rendering).
                            /readyz -> publish.readiness.Readiness (no lock).
     otel-gpu-otlp          export.push.OtlpPush: every otlp_interval, exports the
                            collection the last render made (no callbacks run); when

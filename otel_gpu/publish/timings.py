@@ -18,6 +18,9 @@ class Timings:
     """How long a sample waits for each GPU before calling it hung."""
     render_max_age: float
     """How old a rendered body may get before a scrape renders again."""
+    render_idle_after: float
+    """How long after the last scrape a publication still renders /metrics at once; past
+    it, nobody is scraping and the next scrape renders (see export.prometheus)."""
     stale_after: float
     """How old the latest sample may be before the collector stops being ready."""
     max_backoff: float
@@ -33,6 +36,9 @@ class Timings:
             # A sample's interval and its read deadline: a sampler on time always
             # publishes (and so renders) before a scrape would render on its own.
             render_max_age=interval + read_timeout,
+            # Longer than any usual scrape interval (Prometheus' default is 1 min), so that a
+            # scraper, missing one scrape, still finds every body rendered before it asks.
+            render_idle_after=max(3 * interval, 150.0),
             # Three missed samples, and never under 30 s, so one slow sample is not an outage.
             stale_after=max(3 * interval, 30.0),
             max_backoff=max(300.0, interval),

@@ -471,3 +471,62 @@ def test_metrics_answer_503_until_the_first_sample_is_published(registry):
         assert status == 200 and b"demo_value 7.0" in body
     finally:
         srv.stop()
+
+
+def test_nobody_scraping_publications_render_nothing_and_serve_nothing_stale(clock):
+    """A render is an SDK collection of every series: made for a reader. With no scrape for
+    idle_after, a publication only drops the body it made stale; the next scrape renders
+    the newest snapshot (never an old body), and the publications after it render again."""
+    key = {"seq": 1}
+    cache = RenderCache(lambda: f"demo_seq {key['seq']}\n".encode(), lambda: key["seq"],
+                        max_age=100.0, clock=clock, idle_after=30.0)
+    cache.refresh()  # no scrape yet: nothing rendered
+    assert (cache.renders, cache.skipped) == (0, 1)
+    assert cache.get().body == b"demo_seq 1\n" and cache.renders == 1
+    key["seq"] = 2
+    clock.advance(29.0)
+    cache.refresh()  # a scrape 29 s ago: rendered for the next one
+    assert cache.renders == 2
+    assert cache.get().body == b"demo_seq 2\n" and cache.renders == 2
+    clock.advance(30.0)
+    key["seq"] = 3
+    cache.refresh()  # nobody for 30 s: the seq 2 body is dropped, not rendered anew
+    assert (cache.renders, cache.skipped) == (2, 2)
+    assert cache.get().body == b"demo_seq 3\n" and cache.renders == 3
+    key["seq"] = 4
+    cache.refresh()
+    assert cache.renders == 4 and cache.get().body == b"demo_seq 4\n"
+
+
+def test_a_scrape_after_an_idle_spell_waits_for_the_render_rather_than_take_an_old_body(clock):
+    """While the first scrape after an idle spell renders, another one waits for that body:
+    the one before it was dropped, since it is some publications old."""
+    key = {"seq": 1}
+    started, release = threading.Event(), threading.Event()
+
+    def render():
+        if key["seq"] == 2:
+            started.set()
+            release.wait(5)
+        return f"demo_seq {key['seq']}\n".encode()
+
+    cache = RenderCache(render, lambda: key["seq"], max_age=100.0, clock=clock, idle_after=30.0)
+    assert cache.get().body == b"demo_seq 1\n"
+    clock.advance(31.0)
+    key["seq"] = 2
+    cache.refresh()
+    assert cache.renders == 1
+    bodies: list[bytes] = []
+    first = threading.Thread(target=lambda: bodies.append(cache.get().body))
+    first.start()
+    assert started.wait(5)
+    clock.advance(1.0)
+    second = threading.Thread(target=lambda: bodies.append(cache.get().body))
+    second.start()
+    # once it has asked, the body it gets is settled: none exists until the render ends
+    wait_until(lambda: cache._asked == clock(), timeout=5)
+    assert bodies == []  # not served demo_seq 1 meanwhile
+    release.set()
+    first.join(5)
+    second.join(5)
+    assert bodies == [b"demo_seq 2\n", b"demo_seq 2\n"] and cache.renders == 2

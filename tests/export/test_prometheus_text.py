@@ -146,6 +146,20 @@ def test_the_writer_forgets_label_strings_past_its_bound_and_stays_right():
     assert len(writer._entries) <= 10 + len(points)
 
 
+def test_a_series_whose_attributes_change_gets_its_new_label_block_not_the_remembered_one():
+    """Label blocks are remembered per attributes object: a series of the same hw.id whose
+    attributes change (new pods, a new driver) is a new object, written anew, every time;
+    the old objects are let go so that their ids come back for the new ones."""
+    writer = TextWriter()
+    for n in range(40):
+        attrs = {"hw.id": "GPU-0", "k8s.pod.name": f"pod-{n % 7}", "n": n % 3}
+        body = data(gauge("g", [point(1.0, attrs)]), total("c", [point(2.0, dict(attrs))]))
+        mine = writer.write(body)
+        assert mine == oracle(body), n
+        assert f'k8s_pod_name="pod-{n % 7}"'.encode() in mine
+        del body, attrs
+
+
 # --- the collector's own data, through a real MeterProvider ---------------------------
 
 GPU = Device("GPU-aaaa", 0, "NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3",

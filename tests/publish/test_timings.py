@@ -19,6 +19,7 @@ def test_timings_follow_the_interval(interval, read, stale):
     assert (t.interval, t.read_timeout, t.stale_after) == (interval, read, stale)
     assert t.render_max_age == interval + read  # an on-time sample always renders first
     assert t.max_backoff == max(300.0, interval)
+    assert t.render_idle_after == max(3 * interval, 150.0)  # a 1-min scraper, one missed
 
 
 def test_timings_are_frozen():
