@@ -199,6 +199,8 @@ def check(config: Config) -> int:
     snapshot = sample_once(config, _open_nvml(config))
     print(f"driver {snapshot.driver_version or 'unknown'}; "
           f"{len(snapshot.devices)} device(s); sample took {snapshot.duration * 1000:.0f} ms")
+    for note in snapshot.notes:
+        print(f"note: {note}")
     for problem in snapshot.errors:
         print(f"problem: {problem}")
     for sample in snapshot.devices:

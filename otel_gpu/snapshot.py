@@ -162,6 +162,12 @@ class DeviceSample:
     instances; each instance lists its own."""
     process_utilization: bool = False
     """Whether the processes' shares were read this sample."""
+    unsupported: int = 0
+    """NVML reads (calls, fields, readers) the device refused as not supported: not asked
+    again, their values omitted."""
+    not_available: int = 0
+    """Values this sample omitted because NVML answered its "not available" value or one
+    outside physics."""
 
     @property
     def readable(self) -> bool:
@@ -406,6 +412,9 @@ class Snapshot:
     """NVML calls made since start, including this sample's."""
     errors: tuple[str, ...] = field(default=())
     """Problems worth showing in ``check`` and ``/readyz``."""
+    notes: tuple[str, ...] = field(default=())
+    """What is absent by design (a GPU without profiling counters): ``check`` shows it as
+    a note, not a problem."""
     pods: Pods | None = None
     """Set when Kubernetes pod attribution is on."""
     jobs: Mapping[str, tuple[str, ...]] | None = None

@@ -139,10 +139,22 @@ class OtlpPush(MetricReader):
         if self._done:
             return
         self._done = True
-        deadline = time.monotonic() + timeout_millis / 1000
+        started = time.monotonic()
+        deadline = started + timeout_millis / 1000
+
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
+
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(max(0.0, deadline - time.monotonic()))
-        # the last values, collected now (the sample age as of now)
-        self.push(min(self.timeout_ms, max(0.0, deadline - time.monotonic()) * 1000), fresh=True)
-        self._exporter.shutdown(timeout_millis=max(0.0, deadline - time.monotonic()) * 1000)
+            self._thread.join(left())
+        # The last values, collected now (the sample age as of now), on a thread of their own:
+        # an exporter may retry a backend that is down past any timeout it is given.
+        final = threading.Thread(target=self.push, args=(min(self.timeout_ms, left() * 1000),),
+                                 kwargs={"fresh": True}, name="otel-gpu-otlp-final", daemon=True)
+        final.start()
+        final.join(left())
+        if final.is_alive():
+            log.warning("the final OTLP export did not finish in %.1f s (is the backend up?); "
+                        "stopping without it", time.monotonic() - started)
+        self._exporter.shutdown(timeout_millis=left() * 1000)

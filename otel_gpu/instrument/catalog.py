@@ -28,6 +28,7 @@ from otel_gpu.instrument.attributes import (
     HW_STATE,
     IDENTITY_ATTRIBUTES,
     K8S_RESOURCE,
+    OMITTED_BECAUSE,
     POD_ATTRIBUTES,
     PROCESS_OWNER,
     REPLICA,
@@ -621,6 +622,16 @@ CATALOG: tuple[Metric, ...] = (
         per_device=observe.device_age,
         reported_when_failed=True,
         source_doc="collector clock, per device",
+    ),
+    Metric(
+        "otel_gpu.nvml.unsupported", Kind.GAUGE, "{read}",
+        "What NVML gives no value for on this device, by otel_gpu.nvml.reason: "
+        "`unsupported`, the calls and fields the device or driver refuses (asked no more, "
+        "their series absent); `not_available`, the values of the latest sample NVML "
+        "answered with its \"not available\" value or one outside physics (omitted).",
+        per_device=observe.unsupported,
+        attributes=(OMITTED_BECAUSE,),
+        source_doc="collector, per device",
     ),
     Metric(
         "otel_gpu.sample.age", Kind.GAUGE, "s",

@@ -15,6 +15,7 @@ from otel_gpu.instrument.attributes import (
     HW_ID,
     HW_STATE,
     K8S_RESOURCE,
+    OMITTED_BECAUSE,
     PROCESS_OWNER,
     REPLICA,
     UNATTRIBUTED,
@@ -38,6 +39,12 @@ def xid(sample: DeviceSample) -> Iterable[Observation]:
 
 def device_age(sample: DeviceSample) -> Iterable[Observation]:
     yield sample.age, {}
+
+
+def unsupported(sample: DeviceSample) -> Iterable[Observation]:
+    """Both reasons from the first sample, so that a rise is an increase."""
+    yield float(sample.unsupported), {OMITTED_BECAUSE: "unsupported"}
+    yield float(sample.not_available), {OMITTED_BECAUSE: "not_available"}
 
 
 def info(sample: DeviceSample) -> Iterable[Observation]:

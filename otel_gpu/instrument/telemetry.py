@@ -85,7 +85,9 @@ def build_meter_provider(
     """
     views = () if cardinality_limit is None else (
         View(instrument_name="*", aggregation_cardinality_limit=cardinality_limit),)
-    provider = MeterProvider(metric_readers=list(readers), resource=resource, views=views)
+    # shut down by the service within its deadline, never again at exit (the SDK would warn)
+    provider = MeterProvider(metric_readers=list(readers), resource=resource, views=views,
+                             shutdown_on_exit=False)
     meter = provider.get_meter(SCOPE, __version__)
     Instruments(meter, latest, catalog=catalog, clock=clock, device_attributes=device_attributes)
     return provider

@@ -61,6 +61,9 @@ class ReadState:
     noted for this device."""
     newly_impossible: list[str] = field(default_factory=list)
     """Such keys (with the value) since the sampler last logged them, as ``newly_unsupported``."""
+    dropped: int = 0
+    """Values the latest read dropped as impossible: what ``otel_gpu.nvml.unsupported``
+    counts as ``not_available``."""
 
 
 @dataclass
@@ -156,6 +159,8 @@ class Tracked:
             age=max(0.0, now - r.read_at) if r.read_at is not None else 0.0,
             processes=None if failed else self.procs.processes,
             process_utilization=self.procs.utilization and not failed,
+            unsupported=len(r.unsupported),
+            not_available=0 if failed else r.dropped,
         )
 
     def hung_sample(self, what: str, since: float, now: float) -> DeviceSample:
@@ -170,6 +175,7 @@ class Tracked:
             error=self.reads.failure,
             hung=what,
             age=now - (read_at if read_at is not None else since),
+            unsupported=len(self.reads.unsupported),
         )
 
 

@@ -257,22 +257,27 @@ class GpmCollector:
         state.buffers.clear()
         state.previous = None
 
-    def summary(self, devices: Iterable[Tracked]) -> list[str]:
-        """One problem line per reason the node's devices lack GPM values now.
+    def summary(self, devices: Iterable[Tracked]) -> tuple[list[str], list[str]]:
+        """One line per reason the node's devices lack GPM values now: the notes (the GPU or
+        driver has no GPM, another profiler holds the counters: expected, nothing to fix)
+        and the problems (anything else, a refused permission say).
 
         Logs each change once: devices newly without GPM (one line per reason,
         naming them all), newly busy, and busy no longer.
         """
         if not self._ids:
-            return []
+            return [], []
         now: dict[str, tuple[str, str]] = {}
         groups: dict[tuple[str, str], list[str]] = {}
         fresh: dict[tuple[str, str], list[str]] = {}
         freed: list[str] = []
+        absent: set[str] = set()  # the reasons that say the GPU or its driver has no GPM
         for t in devices:
             state = t.gpm
             if state.unavailable is not None:
                 key = ("off", state.unavailable)
+                if state.supported is False:
+                    absent.add(state.unavailable)
             elif state.busy is not None:
                 key = ("busy", state.busy)
             else:
@@ -295,11 +300,13 @@ class GpmCollector:
         if freed:
             log.info("profiling counters free again for %s: GPM values resume after the next "
                      "sample", ", ".join(freed))
-        lines = []
+        notes: list[str] = []
+        problems: list[str] = []
         for (kind, why), labels in groups.items():
             if kind == "off":
-                lines.append(f"no profiling metrics (NVML GPM) for {', '.join(labels)}: {why}")
+                line = f"no profiling metrics (NVML GPM) for {', '.join(labels)}: {why}"
+                (notes if why in absent else problems).append(line)
             else:
-                lines.append(f"profiling metrics (NVML GPM) paused for {', '.join(labels)}: "
+                notes.append(f"profiling metrics (NVML GPM) paused for {', '.join(labels)}: "
                              f"counters in use by another profiler ({why})")
-        return lines
+        return notes, problems

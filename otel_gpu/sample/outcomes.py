@@ -68,17 +68,21 @@ class Bounds:
     def __init__(self, sources: Iterable[Source]) -> None:
         self._by_key = {s.key: s for s in sources}
 
-    def drop(self, t: Tracked, values: dict[str, float]) -> None:
-        """On the device's worker thread, before the values are used."""
+    def drop(self, t: Tracked, values: dict[str, float]) -> int:
+        """On the device's worker thread, before the values are used; returns how many
+        values were dropped."""
+        dropped = 0
         for key, value in list(values.items()):
             src = self._by_key.get(key)
             if src is None or src.accepts(value):
                 continue
             del values[key]
+            dropped += 1
             if key not in t.reads.not_available:
                 t.reads.not_available.add(key)
                 shown = "not available" if math.isnan(value) else f"{value:g}"
                 t.reads.newly_impossible.append(f"{key} ({shown})")
+        return dropped
 
 
 def log_unsupported(devices: Iterable[Tracked]) -> None:

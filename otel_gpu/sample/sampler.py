@@ -109,7 +109,8 @@ class Sampler:
             problems.append("NVML reports no GPU")
         self._xid.drain()
         samples = self._read_all(problems)
-        problems.extend(self._gpm.summary(self._topology.devices))
+        notes, gpm_problems = self._gpm.summary(self._topology.devices)
+        problems.extend(gpm_problems)
         self._seq += 1
         finished = self._clock()
         return Snapshot(
@@ -121,6 +122,7 @@ class Sampler:
             devices=samples,
             nvml_calls=self._nvml.calls,
             errors=tuple(problems),
+            notes=tuple(notes),
         )
 
     def busy(self) -> bool:
@@ -199,8 +201,9 @@ class Sampler:
             failure = self._procs.read(t, values, unsupported, worker)
         if failure is None:
             self._gpm.read(t, values, unsupported, worker)
-            self._bounds.drop(t, values)
+            reads.dropped = self._bounds.drop(t, values)
         else:
+            reads.dropped = 0
             t.gpm.restart()  # after a failure, a new interval starts
             reads.kept.clear()  # and nothing read before it is reused
         reads.newly_unsupported.extend(unsupported)  # logged for the node by the sampler

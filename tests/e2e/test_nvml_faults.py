@@ -71,5 +71,9 @@ def test_nvmls_not_available_answers_are_never_exported(collector, tmp_path):
                  "hw_energy_joules_total", "hw_errors_total", "nvidia_gpu_clock_frequency_hertz"):
         assert not series(text, name, hw_id=BAD), name
     assert series(text, "hw_status", hw_id=BAD, hw_state="ok")[0][1] == 1
+    omitted = {hw_id: series(text, "otel_gpu_nvml_unsupported", hw_id=hw_id,
+                             otel_gpu_nvml_reason="not_available")[0][1]
+               for hw_id in (GOOD, BAD)}
+    assert omitted[GOOD] == 0 and omitted[BAD] >= 7, omitted
     lines = [ln for ln in proc.lines if "cannot be readings" in ln]
     assert len(lines) == 1 and "power (not available)" in lines[0], lines

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -279,6 +280,27 @@ def test_sighup_stops_gracefully_with_a_final_export(collector, receiver):
     assert "received SIGHUP, stopping" in proc.log
     (req,) = receiver.wait_for(timeout=1)
     assert "hw.power" in req.metric_names()
+
+
+def test_a_backend_that_is_down_still_lets_the_collector_stop_in_time_with_one_line(collector):
+    """Once the stop ran out of time and the SDK's exit hook said "shutdown can only be
+    called once": the final export retried a refused connection past every deadline."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: every connection is refused
+    for protocol in ("grpc", "http/protobuf"):
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+               "OTEL_EXPORTER_OTLP_PROTOCOL": protocol, "OTEL_METRIC_EXPORT_INTERVAL": "200"}
+        proc = collector("--simulate", "t4", env=env)
+        proc.wait_sample(1)
+        wait_until(lambda p=proc: "127.0.0.1" in p.log and "export" in p.log.lower(),
+                   what="a failed export")  # an export is retrying when the stop comes
+        code, elapsed = proc.stop(signal.SIGTERM)
+        assert code == 0 and elapsed < 5.0, proc.log
+        stopping = proc.log.split("received SIGTERM, stopping", 1)[1]
+        assert "shutdown can only be called once" not in stopping, stopping
+        assert "did not finish in time" not in stopping and "Traceback" not in stopping
+        assert stopping.count("the final OTLP export did not finish") <= 1, stopping
 
 
 # --- the OTEL_* variables the SDK reads by itself ---------------------------------------------

@@ -64,9 +64,9 @@ def test_unsupported_gpus_are_omitted_and_logged_once_per_node(driver, caplog):
         snap = sampler.sample()
         assert all(gpm_values(s) == {} for s in snap.devices)
         # what `otel-gpu check` prints, on every sample
-        problems = [e for e in snap.errors if "GPM" in e]
-        assert len(problems) == 1 and "GPU 0 (" in problems[0] and "GPU 2 (" in problems[0]
-        assert "Hopper" in problems[0]
+        notes = [e for e in snap.notes if "GPM" in e]
+        assert len(notes) == 1 and "GPU 0 (" in notes[0] and "GPU 2 (" in notes[0]
+        assert "Hopper" in notes[0] and not snap.errors  # absent by design: no problem
     lines = gpm_lines(caplog)
     assert len(lines) == 1, lines
     gpus = [s.device for s in snap.devices if not s.device.is_mig]
@@ -100,6 +100,7 @@ def test_no_permission_frees_the_buffers_and_is_logged_once(driver, caplog):
         snap = sampler.sample()
     assert all(gpm_values(s) == {} for s in snap.devices)
     assert snap.errors and "nvmlGpmSampleGet answered NO_PERMISSION" in snap.errors[0]
+    assert not snap.notes  # a refused permission is a problem to fix, not a note
     assert len(gpm_lines(caplog)) == 1
     assert lib.calls["nvmlGpmSampleGet"] == 2  # once per GPU
     assert lib.gpm_buffers == 0
@@ -119,13 +120,13 @@ def test_busy_counters_degrade_quietly_and_are_asked_again_rarely(driver, caplog
     assert gpm_values(sampler.sample().devices[0]) == {}  # sample 1: the first GPM sample
     snap = sampler.sample()  # sample 2: another profiler holds the counters
     assert gpm_values(snap.devices[0]) == {} and snap.devices[1].values["gpm.sm_active"] == 5
-    assert any("paused for GPU 0" in e for e in snap.errors)
+    assert any("paused for GPU 0" in e for e in snap.notes) and not snap.errors
     for _ in range(59):  # samples 3-61: not asked
         snap = sampler.sample()
         assert gpm_values(snap.devices[0]) == {}
     assert lib.calls["nvmlGpmSampleGet"] == 2 + 61  # GPU 0 twice, GPU 1 every sample
     snap = sampler.sample()  # sample 62: asked again, free: the first sample of a new interval
-    assert gpm_values(snap.devices[0]) == {} and not snap.errors
+    assert gpm_values(snap.devices[0]) == {} and not snap.errors and not snap.notes
     snap = sampler.sample()  # sample 63
     assert snap.devices[0].values["gpm.sm_active"] == 10 + 62
     warnings = gpm_lines(caplog, logging.WARNING)

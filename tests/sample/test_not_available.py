@@ -91,3 +91,16 @@ def test_the_bound_is_on_the_source():
     wide = Source("e", "doc", "mJ", field_id=1)
     assert wide.accepts(2**40) and not wide.accepts(2**64 - 1) and not wide.accepts(2**63 - 1)
     assert not Source("f", "doc", "{row}", field_id=1, maximum=10).accepts(11)
+
+
+def test_the_unsupported_self_metric_counts_what_each_device_omits(fake_nvml):
+    sampler = _sampler(fake_nvml, _h100(), _h100(not_available=["nvmlDeviceGetPowerUsage",
+                                                                "nvmlDeviceGetTemperatureV"]),
+                       _h100(unsupported=["nvmlDeviceGetPowerUsage",
+                                          "nvmlDeviceGetTemperatureV"]))
+    for _ in range(2):
+        healthy, sentinel, refused = sampler.sample().devices
+    assert (healthy.not_available, refused.not_available) == (0, 0)
+    assert sentinel.not_available == 2
+    assert sentinel.unsupported == healthy.unsupported
+    assert refused.unsupported == healthy.unsupported + 2
