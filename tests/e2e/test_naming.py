@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import os
 import re
 import shutil
@@ -247,6 +248,19 @@ def test_golden_otel_exposition(collector, kubelet, scenario, device_attributes)
 
 
 # --- dcgm-exporter's 1.x names and its MIG default ------------------------------------
+
+
+def test_the_default_body_weighs_what_the_readme_says():
+    """The README's reason for one default (``all``): the same series, about half the raw
+    bytes with ``identity``, and gzipped bodies within a quarter of each other."""
+    full = (GOLDEN / "otel-h100x8.prom").read_bytes()
+    lean = (GOLDEN / "otel-h100x8-identity.prom").read_bytes()
+    count = [sum(1 for ln in body.splitlines() if ln and not ln.startswith(b"#"))
+             for body in (full, lean)]
+    assert count[0] == count[1] > 800
+    assert len(lean) < 0.55 * len(full)
+    packed = [len(gzip.compress(body, 5)) for body in (full, lean)]
+    assert 0.75 * packed[0] < packed[1] < packed[0], packed
 
 
 def test_the_1x_compatibility_counters_file_is_served_under_its_names(collector):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from otel_gpu.sim import ScenarioError, load_scenario
-from tests.sim.conftest import write
+from tests.sim.helpers import write
 
 DOC = Path(__file__).parents[2] / "docs" / "scenarios.md"
 
