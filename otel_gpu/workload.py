@@ -125,8 +125,26 @@ def workload_attributes(workloads: Iterable[Workload]) -> dict[str, str]:
 # --- a Kubernetes container holding a device (the kubelet's answer, joined) ---------
 
 
+class HeldByPod:
+    """A row about one container of a pod (its ``ref``): the names read from the ref."""
+
+    ref: PodRef
+
+    @property
+    def pod(self) -> str:
+        return self.ref.pod
+
+    @property
+    def namespace(self) -> str:
+        return self.ref.namespace
+
+    @property
+    def container(self) -> str:
+        return self.ref.container
+
+
 @dataclass(frozen=True)
-class Holder:
+class Holder(HeldByPod):
     """A container holding a device. ``replica`` is the share number, if shared."""
 
     ref: PodRef
@@ -135,21 +153,9 @@ class Holder:
     shared: bool = False
     """Held through a shared id (replica, GKE vgpu, DRA share): never an owner."""
 
-    @property
-    def pod(self) -> str:
-        return self.ref.pod
-
-    @property
-    def namespace(self) -> str:
-        return self.ref.namespace
-
-    @property
-    def container(self) -> str:
-        return self.ref.container
-
 
 @dataclass(frozen=True)
-class AllocationRow:
+class AllocationRow(HeldByPod):
     """One row of the allocation metric (value 1)."""
 
     uuid: str
@@ -157,36 +163,12 @@ class AllocationRow:
     replica: int | None
     resource_name: str
 
-    @property
-    def pod(self) -> str:
-        return self.ref.pod
-
-    @property
-    def namespace(self) -> str:
-        return self.ref.namespace
-
-    @property
-    def container(self) -> str:
-        return self.ref.container
-
 
 @dataclass(frozen=True)
-class NumaAlignment:
+class NumaAlignment(HeldByPod):
     """Share of a container's exclusive CPUs on the NUMA node(s) of its device."""
 
     ref: PodRef
     uuid: str
     numa_nodes: tuple[int, ...]
     fraction: float
-
-    @property
-    def pod(self) -> str:
-        return self.ref.pod
-
-    @property
-    def namespace(self) -> str:
-        return self.ref.namespace
-
-    @property
-    def container(self) -> str:
-        return self.ref.container

@@ -373,18 +373,23 @@ def test_a_refresh_renders_before_the_scrape(registry, clock):
     assert cache.get().key == 2 and cache.renders == 2
 
 
+def _held_at_seq_2(key: dict, started: threading.Event, release: threading.Event):
+    """A render of ``key``'s seq that, at seq 2, says it started and waits to be released."""
+    def render():
+        if key["seq"] == 2:
+            started.set()
+            release.wait(5)
+        return f"demo_seq {key['seq']}\n".encode()
+    return render
+
+
 @pytest.mark.parametrize("age", [0.0, 11.0], ids=["fresh", "past-max-age"])
 def test_a_scrape_during_a_refresh_is_served_the_previous_body(clock, age):
     """No scrape waits for a render in progress, even when the last body is past max_age
     (a slow node whose render outlasts it)."""
     key = {"seq": 1}
     started, release = threading.Event(), threading.Event()
-
-    def render():
-        if key["seq"] == 2:
-            started.set()
-            release.wait(5)
-        return f"demo_seq {key['seq']}\n".encode()
+    render = _held_at_seq_2(key, started, release)
 
     cache = RenderCache(render, lambda: key["seq"], max_age=10.0, clock=clock)
     cache.refresh()
@@ -503,12 +508,7 @@ def test_a_scrape_after_an_idle_spell_waits_for_the_render_rather_than_take_an_o
     the one before it was dropped, since it is some publications old."""
     key = {"seq": 1}
     started, release = threading.Event(), threading.Event()
-
-    def render():
-        if key["seq"] == 2:
-            started.set()
-            release.wait(5)
-        return f"demo_seq {key['seq']}\n".encode()
+    render = _held_at_seq_2(key, started, release)
 
     cache = RenderCache(render, lambda: key["seq"], max_age=100.0, clock=clock, idle_after=30.0)
     assert cache.get().body == b"demo_seq 1\n"

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from otel_gpu.attribute.k8s.device_ids import ResourceFilter
 from otel_gpu.snapshot import PodRef
+from otel_gpu.workload import HeldByPod
 
 if TYPE_CHECKING:
     from otel_gpu.attribute.k8s._proto.podresources.v1 import api_pb2 as v1_pb2
@@ -32,7 +33,7 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class Allocation:
+class Allocation(HeldByPod):
     """One device held by one container.
 
     There is one per (pod, container, resource, device id): the API repeats a
@@ -54,18 +55,6 @@ class Allocation:
     pool: str | None = None
     share_id: str | None = None
     """Set when a DRA device is shared through consumable capacity."""
-
-    @property
-    def pod(self) -> str:
-        return self.ref.pod
-
-    @property
-    def namespace(self) -> str:
-        return self.ref.namespace
-
-    @property
-    def container(self) -> str:
-        return self.ref.container
 
 
 class AllocatableDevice(NamedTuple):
