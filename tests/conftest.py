@@ -17,9 +17,11 @@ from tests.support.snapshots import sample_node
 
 SLOW = (
     "tests/test_benchmarks.py", "tests/test_soak.py", "tests/test_scale.py", "tests/deploy/",
-    "tests/image/",
+    "tests/image/", "tests/e2e/test_dashboards.py",
 )
-"""Where the ``slow`` marker goes: what the quick loop (``-m "not slow and not support"``) skips."""
+"""Where the ``slow`` marker goes: what the quick loop (``-m "not slow and not support"``) skips.
+Besides these places (the benchmark, soak and scale runs, the deploy and image recipes, a
+real Prometheus), a test that waits out real timeouts carries the marker itself."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -116,6 +116,7 @@ class Scrapes:
         wait_until(lambda: self.scrape() is not None and done(), timeout, what)
 
 
+@pytest.mark.slow  # seconds of real time (retries, timeouts, many samples): not in the quick loop
 def test_pods_energy_and_the_idle_series_add_up_to_the_gpus_counter(collector, kubelet,
                                                                       tmp_path):
     proc = _start(collector, kubelet, tmp_path)

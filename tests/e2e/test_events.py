@@ -6,6 +6,7 @@ from __future__ import annotations
 import textwrap
 
 import pynvml
+import pytest
 
 from tests.support.exposition import series
 from tests.support.kubelet import container, devices, pod
@@ -47,6 +48,7 @@ def _named(name: str, uuid: str):
     return lambda r: r.event_name == name and r.attributes.get("hw.id") == uuid
 
 
+@pytest.mark.slow  # seconds of real time (retries, timeouts, many samples): not in the quick loop
 def test_an_xid_79_and_a_throttling_episode_arrive_as_log_records(
         collector, receiver, kubelet, tmp_path):
     kubelet.set_pods([pod("train-0", container("main", devices("nvidia.com/gpu", HELD)),
@@ -97,6 +99,7 @@ def test_an_xid_79_and_a_throttling_episode_arrive_as_log_records(
     assert not any(r.body and "reported XID" in str(r.body) for r in rows)
 
 
+@pytest.mark.slow  # seconds of real time (retries, timeouts, many samples): not in the quick loop
 def test_logs_off_with_otel_logs_exporter_none(collector, receiver, tmp_path):
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.http_endpoint, "OTEL_LOGS_EXPORTER": "none",
            **FAST}

@@ -9,6 +9,8 @@ from __future__ import annotations
 import textwrap
 import time
 
+import pytest
+
 from tests.support.exposition import series
 from tests.support.process import run_cli
 
@@ -65,6 +67,7 @@ def test_a_gpu_lost_while_running_stays_failed_with_its_xid_series(collector, tm
     assert series(text, "otel_gpu_devices", hw_state="failed")[0][1] == 1
 
 
+@pytest.mark.slow  # seconds of real time (retries, timeouts, many samples): not in the quick loop
 def test_one_hung_gpu_stalls_only_itself(collector, tmp_path):
     scenario = _scenario(
         tmp_path, "slow: [{function: nvmlDeviceGetPowerUsage, seconds: 600, after: 1}]")
@@ -91,6 +94,7 @@ def test_one_hung_gpu_stalls_only_itself(collector, tmp_path):
     assert "exiting without nvmlShutdown" in proc.log
 
 
+@pytest.mark.slow  # seconds of real time (retries, timeouts, many samples): not in the quick loop
 def test_check_gives_up_on_a_hung_gpu_and_names_it(tmp_path):
     scenario = _scenario(tmp_path, "slow: [{function: nvmlDeviceGetPowerUsage, seconds: 600}]")
     started = time.monotonic()

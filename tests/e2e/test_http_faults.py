@@ -197,6 +197,7 @@ def test_a_burst_of_200_connections_fits_the_listen_backlog(collector):
     assert proc.get("/healthz")[0] == 200
 
 
+@pytest.mark.slow  # seconds of real time (retries, timeouts, many samples): not in the quick loop
 def test_basic_auth_reveals_no_user_names_and_guessing_does_not_starve_scrapes(
         collector, tmp_path):
     """An unknown user costs a bcrypt check like a known one; six guessers in a loop keep

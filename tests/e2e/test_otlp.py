@@ -205,6 +205,7 @@ _FAILURES = ("Transient error", "Failed to export")
 
 
 
+@pytest.mark.slow  # seconds of real time (retries, timeouts, many samples): not in the quick loop
 def test_backend_down_for_many_exports(collector, receiver):
     """An outage of hundreds of failed exports and many log windows, in seconds.
 
@@ -282,6 +283,7 @@ def test_sighup_stops_gracefully_with_a_final_export(collector, receiver):
     assert "hw.power" in req.metric_names()
 
 
+@pytest.mark.slow  # seconds of real time (retries, timeouts, many samples): not in the quick loop
 def test_a_backend_that_is_down_still_lets_the_collector_stop_in_time_with_one_line(collector):
     """Once the stop ran out of time and the SDK's exit hook said "shutdown can only be
     called once": the final export retried a refused connection past every deadline."""
