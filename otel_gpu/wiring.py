@@ -35,6 +35,7 @@ from otel_gpu.publish.loop import Pipeline, Subscriber
 from otel_gpu.publish.readiness import Readiness
 from otel_gpu.publish.store import SnapshotStore
 from otel_gpu.publish.timings import Timings
+from otel_gpu.sample.gpm import WINDOW as GPM_WINDOW
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import Sampler
 from otel_gpu.snapshot import Snapshot
@@ -116,6 +117,12 @@ def pod_enricher(
     return PodEnricher(watcher, Path(config.sysfs_root), processes=processes, pod_dirs=pod_dirs)
 
 
+def gpm_window(config: Config) -> float:
+    """A new GPU's GPM measurement window; none under ``--simulate``, whose profiling
+    counters are the scenario's values whatever time passes between two samples."""
+    return 0.0 if config.simulate else GPM_WINDOW
+
+
 def sample_once(config: Config, nvml: Nvml) -> Snapshot:
     """One sample, joined with one kubelet answer when attribution is on (what ``check`` shows).
 
@@ -124,7 +131,8 @@ def sample_once(config: Config, nvml: Nvml) -> Snapshot:
     :data:`CHECK_READ_TIMEOUT_S` and shown as hung.
     """
     sampler = Sampler(nvml, all_sources(CATALOG), read_timeout=CHECK_READ_TIMEOUT_S,
-                      sysfs_root=Path(config.sysfs_root), process_usage=process_usage(config))
+                      sysfs_root=Path(config.sysfs_root), process_usage=process_usage(config),
+                      gpm_window=gpm_window(config))
     try:
         snapshot = sampler.sample()
     finally:
@@ -204,7 +212,8 @@ class Service:
         self.sampler = Sampler(nvml, all_sources(CATALOG), clock=clock,
                                read_timeout=timings.read_timeout,
                                sysfs_root=Path(config.sysfs_root),
-                               process_usage=process_usage(config))
+                               process_usage=process_usage(config),
+                               gpm_window=gpm_window(config))
         resource = build_resource(config.node_name)
         prometheus_otel = "prometheus" in self.exporters and "otel" in config.naming
         # GPU events go as OTLP log records where OTLP metrics go; a bad setting fails here.

@@ -7,9 +7,12 @@ sample buffer with the GPU's counters (``nvmlGpmMigSampleGet``: one MIG GPU
 instance's), and ``nvmlGpmMetricsGet`` turns two buffers into rates over the
 time between them. Each device keeps two allocated buffers and takes one
 sample per collector sample, alternating between them, so the values of
-sample n cover the interval since sample n-1; the first sample after
-discovery (or after a failure) yields none, never a 0. MIG devices that share
-a GPU instance (several compute instances) report the same values.
+sample n cover the interval since sample n-1. A device seen for the first
+time is primed: the sampler takes its first GPM sample a short window
+(:data:`WINDOW`) before its first read, so the first collector sample already
+carries profiling values instead of the one an interval later. After a
+failure the next sample yields none, never a 0. MIG devices that share a GPU
+instance (several compute instances) report the same values.
 
 Whether a GPU has GPM is asked once (``nvmlGpmQueryDeviceSupport``); its MIG
 instances follow it. A device without GPM (before Hopper, no permission, a
@@ -46,6 +49,9 @@ log = logging.getLogger(__name__)
 RETRY_EVERY = 60
 """Samples between two tries on a device whose profiling counters are in use elsewhere."""
 PRE_HOPPER = "the GPU does not support it (GPM needs Hopper or newer)"
+WINDOW = 0.1
+"""Seconds between a new device's priming GPM sample and its first read: long enough for
+rates (DCGM's own shortest profiling interval), short enough to stay unnoticed at start."""
 
 
 @dataclass(eq=False)
@@ -66,6 +72,8 @@ class GpmState:
     """The buffer holding the last sample: the start of the next interval."""
     skipped: set[int] = field(default_factory=set)
     """Metric ids the device cannot give: not asked for again."""
+    primed: bool = False
+    """Whether the device's first GPM sample was taken ahead of its first read."""
 
     def restart(self) -> None:
         """Forget the last sample (the device failed): the next one starts a new interval."""
@@ -114,6 +122,19 @@ class GpmCollector:
         """Sampler thread only: uuid -> (kind, reason) the log last said about the device."""
 
     # --- on the device's reader thread ----------------------------------------------------
+
+    def wants_primer(self, t: Tracked) -> bool:
+        """Whether ``t`` is new to GPM: its first sample is then taken a window ahead."""
+        state = t.gpm
+        return (bool(self._ids) and not state.primed and state.unavailable is None
+                and (t.parent or t).gpm.supported is not False)
+
+    def prime(self, t: Tracked, worker: DeviceWorker) -> bool:
+        """Take ``t``'s first GPM sample (asking for support first), for the next read to pair:
+        whether one was taken."""
+        t.gpm.primed = True
+        self.read(t, {}, [], worker)
+        return t.gpm.previous is not None
 
     def read(self, t: Tracked, values: dict[str, float], unsupported: list[str],
              worker: DeviceWorker) -> None:

@@ -27,7 +27,7 @@ from otel_gpu.sample.batch import FieldReads
 from otel_gpu.sample.calls import CallReads
 from otel_gpu.sample.device import Tracked, state_of
 from otel_gpu.sample.discovery import Discovery, mig_profile, unknown_uuid
-from otel_gpu.sample.gpm import GpmCollector
+from otel_gpu.sample.gpm import WINDOW, GpmCollector
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.outcomes import Bounds, Outcomes, log_unsupported
 from otel_gpu.sample.processes import ProcessReads
@@ -57,6 +57,8 @@ class Sampler:
         read_timeout: float = 5.0,
         sysfs_root: Path | None = None,
         process_usage: bool = False,
+        gpm_window: float = WINDOW,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._nvml = nvml
         self._m = nvml.module
@@ -71,6 +73,8 @@ class Sampler:
                                 refresh_every=self._rediscover_every)
         self._procs = ProcessReads(nvml, self._outcomes) if process_usage else None
         self._gpm = GpmCollector(nvml, sources, clock=clock)
+        self._gpm_window = min(max(0.0, gpm_window), 1.0)
+        self._sleep = sleep
         self._bounds = Bounds(sources)
         self._xid = XidEvents(nvml, max_events=max_events, clock=clock, wall_clock=wall_clock)
         self._workers = Workers(clock)
@@ -147,6 +151,7 @@ class Sampler:
         groups: dict[int, list[Tracked]] = {}
         for t in self._topology.devices:
             groups.setdefault((t.parent or t).device.index, []).append(t)
+        self._prime(groups)
         done = self._workers.run(
             {index: partial(self._read_group, group) for index, group in groups.items()},
             self._read_timeout)
@@ -163,6 +168,29 @@ class Sampler:
                            for t in group)
         log_unsupported(answered)
         return tuple(out)
+
+    def _prime(self, groups: dict[int, list[Tracked]]) -> None:
+        """New devices' first GPM samples, one window before the read that pairs them.
+
+        Runs once per device (discovery, a GPU back, a new MIG layout), so only
+        a sample that finds new devices waits; a GPU that hangs here is found
+        busy by the read that follows and reported hung there.
+        """
+        jobs = {index: partial(self._prime_group, new)
+                for index, group in groups.items()
+                if (new := [t for t in group if self._gpm.wants_primer(t)])}
+        if not jobs:
+            return
+        started = self._clock()
+        taken = self._workers.run(jobs, self._read_timeout)
+        left = self._gpm_window - (self._clock() - started)
+        if any(taken.values()) and left > 0:
+            self._sleep(left)
+
+    def _prime_group(self, group: list[Tracked], worker: DeviceWorker) -> bool:
+        taken = [self._gpm.prime(t, worker) for t in group]
+        worker.current = ""
+        return any(taken)
 
     def _hung(self, t: Tracked, worker: DeviceWorker, now: float, problems: list[str]
               ) -> DeviceSample:

@@ -62,11 +62,13 @@ def test_h100x8_shows_sm_tensor_and_dram_activity_per_gpu(collector):
     assert OMITTED not in proc.log
 
 
-def test_the_first_sample_has_no_profiling_series(collector):
+def test_the_first_sample_has_the_profiling_series(collector):
+    """Each GPU's first GPM interval is taken at start, so the first scrape has them."""
     proc = collector("--simulate", "h100x8", interval="1h")
     text = proc.wait_sample(1)
-    assert series(text, "hw_power_watts") and not series(text, "nvidia_gpu_sm_activity")
-    assert "nvidia_gpu_sm_activity" not in text
+    sm = sorted(v for _, v in series(text, "nvidia_gpu_sm_activity"))
+    assert sm == pytest.approx([0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9])
+    assert len(series(text, "nvidia_gpu_tensor_activity")) == 8 * 5
 
 
 MIG_H100 = """

@@ -9,7 +9,7 @@ import pytest
 from otel_gpu import sim
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import Sampler
-from tests.support.drivers import FailsSampleTwo, WithoutGpm
+from tests.support.drivers import FailsSampleTwo, TimedGpm, WithoutGpm
 from tests.support.nvml import SOURCES
 
 GPM_LOG = "otel_gpu.sample.gpm"
@@ -23,7 +23,7 @@ def driver(fake_nvml):
         lib = fake_nvml(spec, driver=fake)
         nvml = Nvml()
         nvml.init()
-        return lib, Sampler(nvml, SOURCES)
+        return lib, Sampler(nvml, SOURCES, gpm_window=0.0)
 
     return make
 
@@ -37,24 +37,47 @@ def gpm_lines(caplog, level: int = logging.INFO) -> list[str]:
             if r.name == GPM_LOG and r.levelno >= level]
 
 
-def test_the_first_sample_has_no_profiling_values_the_second_the_scenarios(driver):
-    lib, sampler = driver("h100x8")
+def test_the_first_sample_has_the_scenarios_values_from_a_primed_window(driver):
+    lib, _ = driver("h100x8")
+    slept: list[float] = []
+    now = [100.0]
+    sampler = Sampler(Nvml(), SOURCES, clock=lambda: now[0], sleep=slept.append,
+                      gpm_window=0.1)
     first = sampler.sample()
-    assert all(gpm_values(s) == {} for s in first.devices)
-    second = sampler.sample()
-    sm = [s.values["gpm.sm_active"] for s in second.devices]
+    # one window waited, once: the priming sample of each GPU, then the reads that pair it
+    assert slept == [pytest.approx(0.1)]
+    sm = [s.values["gpm.sm_active"] for s in first.devices]
     assert sm == [20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0]
-    gpu3 = second.devices[3].values
+    gpu3 = first.devices[3].values
     assert (gpu3["gpm.tensor_active"], gpu3["gpm.dram_active"], gpu3["gpm.pcie_tx"],
             gpu3["gpm.nvlink_rx"]) == (28.0, 39.0, 2750.0, 57000.0)
     assert gpu3["gpm.nvdec_active"] == 0.0  # seven NVDECs answer, the eighth is not there
-    assert not second.errors
-    # one support query per GPU, once; one sample per GPU per collector sample
+    assert not first.errors
+    second = sampler.sample()
+    assert slept == [pytest.approx(0.1)]  # later samples wait for nothing
+    assert [s.values["gpm.sm_active"] for s in second.devices] == sm
+    # one support query per GPU, once; one sample per GPU per collector sample plus the primer
     sampler.sample()
     assert lib.calls["nvmlGpmQueryDeviceSupport"] == 8
-    assert lib.calls["nvmlGpmSampleGet"] == 24
-    assert lib.calls["nvmlGpmMetricsGet"] == 16
+    assert lib.calls["nvmlGpmSampleGet"] == 8 + 24
+    assert lib.calls["nvmlGpmMetricsGet"] == 24
     assert lib.gpm_buffers == 16  # two per GPU, reused
+
+
+def test_the_window_counts_from_the_priming_sample(driver):
+    """Time the primer round itself took is not waited again; a GPU without GPM waits none."""
+    lib, _ = driver("h100x8", TimedGpm)
+    lib.step = 0.004
+    slept: list[float] = []
+    sampler = Sampler(Nvml(), SOURCES, clock=lambda: lib.clock[0], sleep=slept.append,
+                      gpm_window=0.1)
+    sampler.sample()
+    assert slept == [pytest.approx(0.1 - 8 * 0.004)]
+    driver("a100-mig")
+    slept.clear()
+    sampler = Sampler(Nvml(), SOURCES, sleep=slept.append, gpm_window=0.1)
+    sampler.sample()
+    assert slept == []  # no device took a priming sample: nothing to wait for
 
 
 def test_unsupported_gpus_are_omitted_and_logged_once_per_node(driver, caplog):
@@ -117,14 +140,15 @@ def test_busy_counters_degrade_quietly_and_are_asked_again_rarely(driver, caplog
             memory: {total: 1000}
             gpm: {SM_UTIL: 5}
     """)
-    assert gpm_values(sampler.sample().devices[0]) == {}  # sample 1: the first GPM sample
+    assert sampler.sample().devices[0].values["gpm.sm_active"] == 10  # sample 1, primed
     snap = sampler.sample()  # sample 2: another profiler holds the counters
     assert gpm_values(snap.devices[0]) == {} and snap.devices[1].values["gpm.sm_active"] == 5
     assert any("paused for GPU 0" in e for e in snap.notes) and not snap.errors
     for _ in range(59):  # samples 3-61: not asked
         snap = sampler.sample()
         assert gpm_values(snap.devices[0]) == {}
-    assert lib.calls["nvmlGpmSampleGet"] == 2 + 61  # GPU 0 twice, GPU 1 every sample
+    # GPU 0: primer, sample 1 and sample 2 (refused); GPU 1: primer and every sample
+    assert lib.calls["nvmlGpmSampleGet"] == 3 + 1 + 61
     snap = sampler.sample()  # sample 62: asked again, free: the first sample of a new interval
     assert gpm_values(snap.devices[0]) == {} and not snap.errors and not snap.notes
     snap = sampler.sample()  # sample 63
@@ -164,16 +188,15 @@ MIG_H100 = """
 def test_mig_instances_have_their_own_profiling_values(driver, caplog):
     caplog.set_level(logging.DEBUG, logger="otel_gpu")
     lib, sampler = driver(MIG_H100)
-    first = sampler.sample()
-    assert all(gpm_values(s) == {} for s in first.devices)
-    snap = sampler.sample()
+    snap = sampler.sample()  # primed: the first sample has them
     by_gi = {s.device.gpu_instance_id: gpm_values(s) for s in snap.devices if s.device.is_mig}
-    assert by_gi[2] == {"gpm.sm_active": 71.0, "gpm.tensor_active": 45.0,
+    assert by_gi[2] == {"gpm.sm_active": 70.0, "gpm.tensor_active": 45.0,
                         "gpm.dram_active": 20.0}
     assert by_gi[9] == {"gpm.sm_active": 15.0} and by_gi[10] == {"gpm.sm_active": 5.0}
     assert by_gi[11] == {}  # the GPU samples it, but it answers no metric
     assert gpm_values(snap.devices[0]) == {"gpm.sm_active": 55.0, "gpm.tensor_active": 30.0}
-    assert lib.calls["nvmlGpmMigSampleGet"] == 8  # per instance, through the parent handle
+    assert lib.calls["nvmlGpmMigSampleGet"] == 8  # primer and read per instance, through
+    # the parent handle
     # what an instance cannot give is said once, in the node's "not available" list
     # (at debug level: the start-up line counts the instances' missing values)
     mig11 = next(s.device for s in snap.devices if s.device.gpu_instance_id == 11)
@@ -211,5 +234,6 @@ def test_a_failed_gpu_starts_a_new_interval_when_it_answers_again(driver):
     for _ in range(4):
         s = sampler.sample().devices[0]
         states.append((s.state, s.values.get("gpm.sm_active")))
-    # sample 3 would otherwise report the interval since sample 1, across the failure
-    assert states == [("ok", None), ("failed", None), ("ok", None), ("ok", 13.0)]
+    # the first sample is primed; sample 3 would otherwise report the interval since
+    # sample 1, across the failure, and is not primed again (no wait in a later sample)
+    assert states == [("ok", 10.0), ("failed", None), ("ok", None), ("ok", 13.0)]

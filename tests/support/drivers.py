@@ -148,3 +148,20 @@ class WithoutGpm(FakeNvml):
     @property
     def nvmlGpmQueryDeviceSupport(self) -> Any:
         raise AttributeError("nvmlGpmQueryDeviceSupport")
+
+
+class TimedGpm(FakeNvml):
+    """Each GPM sample takes ``step`` seconds of ``clock`` (a one-element list the test
+    reads as its clock), so a test sees how long a round of them took."""
+
+    clock: list[float]
+    step: float = 0.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.clock = [0.0]
+
+    @c_symbol
+    def nvmlGpmSampleGet(self, handle: Any, sample: Any) -> None:
+        self.clock[0] += self.step
+        super().nvmlGpmSampleGet(handle, sample)
