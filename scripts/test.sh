@@ -31,4 +31,4 @@ fi
 .venv/bin/ruff check .
 .venv/bin/lint-imports --no-cache >/dev/null || .venv/bin/lint-imports --no-cache
 .venv/bin/mypy
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest -n "${PYTEST_WORKERS:-auto}" "$@"

@@ -18,7 +18,8 @@ from otel_gpu.export.webconfig import AuthBusy, BasicAuth, WebConfigError, load_
 from tests.support.certs import make_certs
 from tests.support.process import wait_until
 
-HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode().replace("$2b$", "$2y$")
+HASH = "$2y$04$M2UWofadSVoe.odNCgCnAObPhE4MtJTbiEpAgWqtCnY1Ez/Zh5dD."
+"""bcrypt of s3cret at cost 4, fixed: test ids built from it must be the same in every process."""
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "web-config.yml"
 
 
