@@ -21,7 +21,8 @@ SLOW = (
 )
 """Where the ``slow`` marker goes: what the quick loop (``-m "not slow and not support"``) skips.
 Besides these places (the benchmark, soak and scale runs, the deploy and image recipes, a
-real Prometheus), a test that waits out real timeouts carries the marker itself."""
+real Prometheus), a test that waits out real timeouts or works at scale (thousands of pods,
+hundreds of GPUs, bursts of clients) carries the marker itself, with its reason beside it."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

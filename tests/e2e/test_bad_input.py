@@ -261,7 +261,11 @@ def _materialise(case: Case, tmp_path: Path) -> Callable[[str], str]:
     return fill
 
 
-@pytest.mark.parametrize("command", sorted(COMMANDS))
+# `check` parses the same settings as `serve` and stops before serving: it alone is in the
+# quick loop, and the full suite runs both
+@pytest.mark.parametrize("command", [
+    pytest.param(c, marks=[pytest.mark.slow] if c == "serve" else []) for c in sorted(COMMANDS)
+])
 @pytest.mark.parametrize("name", list(CASES))
 def test_bad_input_is_one_line_and_exit_2(tmp_path, name, command):
     case = CASES[name]
@@ -363,6 +367,7 @@ def _expect_load_or_one_line(**kwargs) -> None:
         assert _of_type(value, option.type), (option.key, value)
 
 
+@pytest.mark.slow  # at scale (thousands of pods, hundreds of GPUs, bursts): not in the quick loop
 @GENERATED
 @given(doc=_documents | _values)
 def test_generated_documents_load_or_fail_in_one_line(doc):
@@ -397,6 +402,7 @@ _flag_text = st.text(alphabet=string.printable.replace("\x0b", "").replace("\x0c
                      max_size=24)
 
 
+@pytest.mark.slow  # at scale (thousands of pods, hundreds of GPUs, bursts): not in the quick loop
 @settings(max_examples=20, deadline=None, database=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(doc=_documents, interval=_flag_text, listen=_flag_text, naming=_flag_text,

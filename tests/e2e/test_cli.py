@@ -123,6 +123,7 @@ def test_unsupported_field_has_no_series_and_is_logged_once(collector):
     assert "on 2 devices (GPU 0, GPU 1)" in lines[0], proc.log
 
 
+@pytest.mark.slow  # at scale (thousands of pods, hundreds of GPUs, bursts): not in the quick loop
 def test_twenty_concurrent_scrapes_make_no_nvml_calls(collector):
     proc = collector("--simulate", "h100x8", interval="1h")
     text = proc.wait_sample(1)

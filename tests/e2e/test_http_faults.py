@@ -130,6 +130,7 @@ def test_a_tls_renegotiation_attempt_is_one_log_line(collector, tmp_path):
     assert conn.getresponse().status == 200
 
 
+@pytest.mark.slow  # at scale (thousands of pods, hundreds of GPUs, bursts): not in the quick loop
 def test_slowloris_holds_at_most_the_connection_cap(collector):
     """150 connections that each sent one byte hold at most 64 threads, and a scraper
     still gets its answer at once (the longest-waiting connection makes room)."""
@@ -309,6 +310,7 @@ def _burst(port: int, clients: int, deadline_s: float) -> dict[str, int]:
     return outcome
 
 
+@pytest.mark.slow  # at scale (thousands of pods, hundreds of GPUs, bursts): not in the quick loop
 def test_every_request_of_a_burst_of_1000_clients_is_answered(collector):
     """Once, a burst of 1,000 clients at the 64-connection cap saw 133 and 161 of them closed
     with no answer (a connection whose request had arrived was closed to make room)."""

@@ -169,6 +169,7 @@ def test_socket_absent_at_start_then_appears(collector):
             os.rmdir(directory)
 
 
+@pytest.mark.slow  # at scale (thousands of pods, hundreds of GPUs, bursts): not in the quick loop
 def test_fifty_concurrent_scrapes_make_no_kubelet_calls(collector, kubelet):
     kubelet.set_pods(_four_pods())
     proc = collector("--simulate", "h100x8", "--kubelet-socket", kubelet.socket_path,
@@ -199,6 +200,7 @@ def test_bad_boolean_is_one_line(bad):
     ]
 
 
+@pytest.mark.slow  # at scale (thousands of pods, hundreds of GPUs, bursts): not in the quick loop
 def test_thousands_of_time_sliced_pods_each_keep_their_allocation_series(collector, kubelet):
     """More holders than the SDK's default cardinality limit (2,000 per metric): every pod
     still has its own series, none folded into an ``otel_metric_overflow`` series.
@@ -226,6 +228,7 @@ def test_thousands_of_time_sliced_pods_each_keep_their_allocation_series(collect
     assert "otel_metric_overflow" not in later
 
 
+@pytest.mark.slow  # at scale (thousands of pods, hundreds of GPUs, bursts): not in the quick loop
 def test_pods_growing_past_the_limit_keep_their_series(collector, kubelet):
     """Pods arriving after start: the collector grows its limit instead of dropping them."""
     kubelet.set_pods(_four_pods())
@@ -249,6 +252,7 @@ def test_pods_growing_past_the_limit_keep_their_series(collector, kubelet):
     assert "room for" in grown[1] and int(grown[1].split("room for ")[1].split()[0]) >= 5000
 
 
+@pytest.mark.slow  # at scale (thousands of pods, hundreds of GPUs, bursts): not in the quick loop
 def test_unmatched_device_ids_are_summarised_not_logged_one_by_one(collector, kubelet):
     """5,000 pods x 4 ids that match no GPU: one summary line and a count, not 20,000 lines."""
     def unknown_pods(tag: str) -> list:

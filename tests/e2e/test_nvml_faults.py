@@ -36,6 +36,7 @@ def _scenario(tmp_path, second: str) -> str:
     return str(path)
 
 
+@pytest.mark.slow  # at scale (thousands of pods, hundreds of GPUs, bursts): not in the quick loop
 @pytest.mark.parametrize("function", ["nvmlDeviceGetUUID", "nvmlDeviceRegisterEvents"])
 def test_a_gpu_hanging_at_start_up_stalls_only_itself(collector, tmp_path, function):
     proc = collector("--simulate", _scenario(

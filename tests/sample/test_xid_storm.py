@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+import pytest
 import yaml
 
 from otel_gpu.sample.library import Nvml
@@ -11,6 +12,7 @@ from otel_gpu.sample.sampler import Sampler
 from tests.support.nvml import SOURCES
 
 
+@pytest.mark.slow  # at scale (thousands of pods, hundreds of GPUs, bursts): not in the quick loop
 def test_an_xid_storm_is_counted_in_full_and_logged_a_few_times(fake_nvml, clock, caplog):
     caplog.set_level(logging.INFO, logger="otel_gpu")
     storm = [{"sample": 1, "code": 79} for _ in range(5999)] + [{"sample": 1, "code": 48},

@@ -53,6 +53,7 @@ def test_pods_are_attached_and_unmatched_ids_counted(node, tmp_path):
     assert len(enrich.process(node).pods.attribution.unresolved) == 4
 
 
+@pytest.mark.slow  # at scale (thousands of pods, hundreds of GPUs, bursts): not in the quick loop
 def test_thousands_of_unmatched_ids_make_one_line(node, tmp_path, caplog):
     caplog.set_level(logging.INFO, LOGGER)
     watcher = FakePodSource(state=_unknown(5000))

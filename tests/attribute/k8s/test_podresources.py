@@ -559,6 +559,7 @@ def _many_pods(n: int, per_pod_ids: int) -> list[v1_pb2.PodResources]:
     return pods
 
 
+@pytest.mark.slow  # at scale (thousands of pods, hundreds of GPUs, bursts): not in the quick loop
 @pytest.mark.parametrize(("pods", "ids", "min_mib"), [(6000, 16, 4.0), (7000, 15, 5.0)])
 def test_large_list_reply(kubelet: FakeKubelet, pods: int, ids: int, min_mib: float) -> None:
     data = _many_pods(pods, ids)
