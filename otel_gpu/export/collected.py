@@ -29,6 +29,13 @@ CUMULATIVE: dict[type, AggregationTemporality] = dict.fromkeys(
 )
 
 
+COLLECT_TIMEOUT_MS = 60_000
+"""How long one collection may take before the SDK throws it away. The callbacks
+only read the published snapshot, so a slow collection is a starved CPU, not a
+hang: the SDK's 10 s would discard a whole node's body (512 GPUs and 5,000
+pods on a busy machine) and the next one with it, for good."""
+
+
 class CollectingReader(MetricReader):
     """A cumulative reader that collects on demand and keeps the latest collection."""
 
@@ -43,7 +50,7 @@ class CollectingReader(MetricReader):
         self.collections = 0
         """How many times the SDK was collected through this reader."""
 
-    def collect_now(self, timeout_millis: float = 10_000) -> MetricsData | None:
+    def collect_now(self, timeout_millis: float = COLLECT_TIMEOUT_MS) -> MetricsData | None:
         """Collect now; the collection (None while no instrument has a point)."""
         with self._lock:
             self._incoming = None
