@@ -11,10 +11,12 @@ Threads, and what each owns::
                            of the MeterProvider when finished pods piled up or
                            pods outgrew the SDK's room), never on the kubelet
                            thread, which only wakes this one for an urgent one.
-    otel-gpu-read-N        one per GPU (sample.workers): that GPU's and its MIG
-                           instances' reads, handed over by the sampler thread,
-                           which waits for them up to a deadline; a hung call
-                           keeps only its own thread.
+    otel-gpu-read-N        the reader pool (sample.workers): one thread takes
+                           each GPU's job (its and its MIG instances' reads) in
+                           turn, handed over by the sampler thread, which waits
+                           for them up to a deadline; a job running past 0.1 s
+                           keeps its thread and a new one reads on, so a hung
+                           call keeps only that thread.
     otel-gpu-podresources  PodResourcesWatcher: polls the kubelet; on a changed
                            answer, after releasing its poll lock, calls
                            Pipeline.pods_changed(), which re-publishes the latest
@@ -82,9 +84,10 @@ Leaf locks, held for a few instructions and never while calling out: the
 cardinality guard's (its pair count), the NVML call counter, the kubelet
 watcher's poll and stats locks, LogLimiter, the HTTP server's connection table,
 BasicAuth's credential cache. BasicAuth's bcrypt semaphore is held only around
-one bcrypt check, before 3 is taken. A device's reader thread shares no lock
-with the sampler thread: it owns the device's read state while its job runs,
-and hands the result over through the job's event.
+one bcrypt check, before 3 is taken. A device's job shares no lock with the
+sampler thread: whichever reader thread runs it owns the device's read state
+while it runs (a GPU has one job at a time), and hands the result over through
+the job's event.
 """
 
 from __future__ import annotations

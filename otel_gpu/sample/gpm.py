@@ -23,10 +23,10 @@ counters another profiler holds (``NVML_ERROR_IN_USE``) is omitted the same
 way, logged when that starts and when it ends, and asked again only every
 ``retry_every`` samples.
 
-Threads: a device's :class:`GpmState` is written by its GPU's reader thread
-while that GPU's job runs. The sampler thread reads it between jobs (plain
-attributes only) and frees the buffers of a device that is gone or at close,
-when no job of that GPU runs.
+Threads: a device's :class:`GpmState` is written by the reader thread running
+its GPU's job, while that job runs (a GPU has one job at a time). The sampler
+thread reads it between jobs (plain attributes only) and frees the buffers of
+a device that is gone or at close, when no job of that GPU runs.
 """
 
 from __future__ import annotations

@@ -2,12 +2,12 @@
 
 A pass runs discovery when due (:mod:`~otel_gpu.sample.discovery`), drains the
 XID events (:mod:`~otel_gpu.sample.xid`), then reads each GPU with its MIG
-instances on the GPU's own worker thread (:mod:`~otel_gpu.sample.workers`):
+instances as one job of the reader pool (:mod:`~otel_gpu.sample.workers`):
 the batched field values (:mod:`~otel_gpu.sample.batch`), the plain calls
 (:mod:`~otel_gpu.sample.calls`), the processes
 (:mod:`~otel_gpu.sample.processes`) and GPM (:mod:`~otel_gpu.sample.gpm`).
-Every call made for one GPU, discovery included, runs on that GPU's worker
-under a deadline, so a call that never returns stalls only its GPU. The pass
+Every call made for one GPU, discovery included, runs in that GPU's job under
+a deadline, so a call that never returns stalls only its GPU. The pass
 returns an immutable :class:`~otel_gpu.snapshot.Snapshot`;
 :mod:`otel_gpu.publish.pipeline` runs passes on an interval, and nothing on
 the scrape path calls into here.
@@ -144,10 +144,10 @@ class Sampler:
         if not self._workers.busy((t.parent or t).device.index):
             self._gpm.release(t.gpm)
 
-    # --- reading, one worker thread per GPU -----------------------------------------------
+    # --- reading, one job per GPU -----------------------------------------------------
 
     def _read_all(self, problems: list[str]) -> tuple[DeviceSample, ...]:
-        """Each GPU (with its MIG instances) read on its own thread, all within one deadline."""
+        """Each GPU (with its MIG instances) read as one job of the pool, under one deadline."""
         groups: dict[int, list[Tracked]] = {}
         for t in self._topology.devices:
             groups.setdefault((t.parent or t).device.index, []).append(t)
