@@ -129,3 +129,13 @@ def test_series_file_keeps_every_labelled_series() -> None:
     assert families["a"]["labels"] == ["x", "y"]
     assert families["a"]["samples"] == [[["1", ""], 3.0], [["2", "b"], 4.0]]
     assert families["g"]["samples"] == [[[], 1.5]]
+
+
+def test_the_readers_benchmark_prints_a_row_per_node_with_its_ratios(capsys) -> None:
+    from benchmarks import readers
+
+    assert readers.main(["--configs", "gpus-8", "--rounds", "3"]) == 0
+    rows = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| gpus-8 |")]
+    assert len(rows) == 1
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    assert len(cells) == 6 and all(float(c.split()[0]) > 0 for c in cells[1:])

@@ -59,6 +59,7 @@ class Sampler:
         process_usage: bool = False,
         gpm_window: float = WINDOW,
         sleep: Callable[[float], None] = time.sleep,
+        workers: Workers | None = None,
     ) -> None:
         self._nvml = nvml
         self._m = nvml.module
@@ -77,7 +78,7 @@ class Sampler:
         self._sleep = sleep
         self._bounds = Bounds(sources)
         self._xid = XidEvents(nvml, max_events=max_events, clock=clock, wall_clock=wall_clock)
-        self._workers = Workers(clock)
+        self._workers = Workers(clock) if workers is None else workers
         self._topology = Topology(Discovery(nvml, sysfs_root=sysfs_root), self._workers,
                                   self._xid, timeout=read_timeout, release=self._release_gpm,
                                   clock=clock)
