@@ -133,6 +133,10 @@ def test_security_headers_and_the_example_password(collector, tmp_path):
     proc = collector("--simulate", "t4", "--web-config-file", str(tmp_path / "web-config.yml"))
     client = ssl.create_default_context(cafile=str(certs.ca_cert))
     client.load_cert_chain(certs.client_cert, certs.client_key)
+    auth = _basic("prometheus", password)
+    # /metrics is 503 until the first sample is published
+    wait_until(lambda: _get(f"https://localhost:{proc.port}/metrics", client, auth)[0] == 200,
+               what="the first sample")
     req = urllib.request.Request(f"https://localhost:{proc.port}/metrics",
                                  headers={"Authorization": _basic("prometheus", password)})
     with urllib.request.urlopen(req, timeout=10, context=client) as resp:
