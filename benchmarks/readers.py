@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from benchmarks.scenarios import NODES, write_scenario
+from benchmarks.scenarios import NODES, node_list, write_scenario
 
 LAYOUTS = ("pool", "per-gpu", "inline")
 
@@ -74,13 +74,10 @@ def measure(node_name: str, rounds: int) -> dict[str, list[float]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--configs", default="gpus-8,gpus-64")
+    parser.add_argument("--configs", type=node_list, default="gpus-8,gpus-64")
     parser.add_argument("--rounds", type=int, default=60)
     args = parser.parse_args(argv)
-    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
-    unknown = [c for c in configs if c not in NODES]
-    if unknown:
-        parser.error(f"unknown configuration(s): {', '.join(unknown)}")
+    configs = args.configs
     if not 3 <= args.rounds <= 10_000:
         parser.error("--rounds must be 3 to 10000")
     print("| node | " + " | ".join(f"{n} ms (IQR)" for n in LAYOUTS)

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.baselines import series_file
-from benchmarks.scenarios import NODES, write_scenario
+from benchmarks.scenarios import NODES, node_list, write_scenario
 
 STAGES = ("sample", "collect", "write", "write_exporter", "gzip", "otlp", "otlp_sdk",
           "promclient")
@@ -123,13 +123,10 @@ class _Null:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--configs", default="gpus-8,gpus-64,gpus-256")
+    parser.add_argument("--configs", type=node_list, default="gpus-8,gpus-64,gpus-256")
     parser.add_argument("--repeat", type=int, default=10)
     args = parser.parse_args(argv)
-    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
-    unknown = [c for c in configs if c not in NODES]
-    if unknown:
-        parser.error(f"unknown configuration(s): {', '.join(unknown)}")
+    configs = args.configs
     print("| node | " + " | ".join(STAGES) + " | render / promclient | cycle / promclient |")
     print("|---" * (len(STAGES) + 3) + "|")
     for name in configs:

@@ -69,7 +69,14 @@ from pathlib import Path
 from benchmarks import peer
 from benchmarks.baselines import series_file
 from benchmarks.report import FIGURES, KINDS, spread, table
-from benchmarks.scenarios import NODES, Node, gpu_uuids, time_sliced_pods, write_scenario
+from benchmarks.scenarios import (
+    NODES,
+    Node,
+    gpu_uuids,
+    node_list,
+    time_sliced_pods,
+    write_scenario,
+)
 
 __all__ = ["FIGURES", "KINDS", "spread", "table"]  # their home is benchmarks.report
 
@@ -514,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
                         help="one short repetition at 8 GPUs (the test suite's smoke run)")
-    parser.add_argument("--configs", default=",".join(NODES),
+    parser.add_argument("--configs", type=node_list, default=",".join(NODES),
                         help=f"comma-separated, of {', '.join(NODES)}")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=4.0,
@@ -526,10 +533,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the cycle with OTLP (the collector's third phase)")
     args = parser.parse_args(argv)
     settings = Settings(seconds=args.seconds, interval=args.interval, otlp=not args.no_otlp)
-    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
-    unknown = [c for c in configs if c not in NODES]
-    if unknown:
-        parser.error(f"unknown configuration(s): {', '.join(unknown)}")
+    configs = args.configs
     reps = args.reps
     if args.quick:
         configs, reps = ["gpus-8"], 1

@@ -6,6 +6,7 @@ four), its entries' ``count`` scaled to the number of GPUs asked for.
 
 from __future__ import annotations
 
+import argparse
 import copy
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,3 +107,14 @@ def time_sliced_pods(uuids: list[str], pods: int) -> list:
             namespace="bench")
         for i in range(pods)
     ]
+
+
+def node_list(text: str) -> list[str]:
+    """``--configs``: comma-separated names of :data:`NODES` (argparse names a wrong one)."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in NODES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown configuration(s): {', '.join(unknown) or '(none given)'}; "
+            f"known: {', '.join(NODES)}")
+    return names

@@ -139,3 +139,15 @@ def test_the_readers_benchmark_prints_a_row_per_node_with_its_ratios(capsys) -> 
     assert len(rows) == 1
     cells = [c.strip() for c in rows[0].strip("|").split("|")]
     assert len(cells) == 6 and all(float(c.split()[0]) > 0 for c in cells[1:])
+
+
+@pytest.mark.parametrize("module", ["readers", "render", "run"])
+def test_an_unknown_node_is_one_usage_error_naming_it(module: str, capsys) -> None:
+    import importlib
+
+    main = importlib.import_module(f"benchmarks.{module}").main
+    with pytest.raises(SystemExit) as stopped:
+        main(["--configs", "gpus-8,gpus-9000"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "unknown configuration(s): gpus-9000; known: gpus-8," in err
