@@ -122,6 +122,7 @@ def test_mig_instances_carry_their_pods(collector, kubelet):
                                                                            "main")
 
 
+@pytest.mark.slow  # waits out the kubelet's absence and the collector's retries
 def test_kubelet_restart_keeps_labels_and_recovers(collector, kubelet):
     kubelet.set_pods(_four_pods())
     proc = _start(collector, kubelet.socket_path, "--kubelet-grace-period", "60s")
@@ -139,6 +140,7 @@ def test_kubelet_restart_keeps_labels_and_recovers(collector, kubelet):
     _wait_owners(proc, {H100[0]: ("next", "default", "main"), H100[1]: None})
 
 
+@pytest.mark.slow  # waits out the kubelet's absence and the collector's retries
 def test_grace_period_expiry_drops_labels(collector, kubelet):
     kubelet.set_pods(_four_pods())
     proc = _start(collector, kubelet.socket_path, "--kubelet-grace-period", "0.5s")
@@ -149,6 +151,7 @@ def test_grace_period_expiry_drops_labels(collector, kubelet):
     assert series(text, "nvidia_gpu_k8s_allocation") == []
 
 
+@pytest.mark.slow  # waits out the kubelet's absence and the collector's retries
 def test_socket_absent_at_start_then_appears(collector):
     directory = tempfile.mkdtemp(dir="/tmp", prefix="kl")
     path = os.path.join(directory, "kubelet.sock")

@@ -42,13 +42,13 @@ def test_a_hung_gpu_keeps_one_thread_and_the_others_are_read_in_time(released):
     try:
         jobs = {0: _job("gpu0", released), 1: _job("gpu1"), 2: _job("gpu2"), 3: _job("gpu3")}
         # one thread, GPU 0 first in its queue: the others are read only if it is replaced
-        assert workers.run(jobs, timeout=2.0) == {1: "gpu1", 2: "gpu2", 3: "gpu3"}
+        assert workers.run(jobs, timeout=1.0) == {1: "gpu1", 2: "gpu2", 3: "gpu3"}
         assert workers.busy(0) and not workers.busy(1)
         assert workers.get(0).current == "nvmlDeviceGetTemperature"
         grown = _readers()
         assert len(grown) - len(before) == 2  # the held one and its replacement
         # the hung GPU gets no new job; the rest are read by the thread already there
-        assert workers.run(jobs, timeout=2.0) == {1: "gpu1", 2: "gpu2", 3: "gpu3"}
+        assert workers.run(jobs, timeout=1.0) == {1: "gpu1", 2: "gpu2", 3: "gpu3"}
         assert _readers() == grown
         released.set()
         # back from its call, the held thread leaves: the pool is one thread again
