@@ -14,7 +14,7 @@ Threads, and what each owns::
     otel-gpu-read-N        the reader pool (sample.workers): one thread takes
                            each GPU's job (its and its MIG instances' reads) in
                            turn, handed over by the sampler thread, which waits
-                           for them up to a deadline; a job running past 0.1 s
+                           for them up to a deadline; a job running past 0.25 s
                            keeps its thread and a new one reads on, so a hung
                            call keeps only that thread.
     otel-gpu-podresources  PodResourcesWatcher: polls the kubelet; on a changed

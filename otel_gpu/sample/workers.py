@@ -7,7 +7,7 @@ after :data:`STALL` seconds is *held*: the pool starts a thread in its place,
 so the GPUs queued behind it are read on time, and the held thread leaves the
 pool once its call returns. A GPU still busy at the deadline is reported as
 hung and is not given new work until its call returns, so the pool never has
-more than ``size`` threads plus one for each hung GPU.
+more than ``size`` threads plus one for each GPU whose call has not returned.
 
 A thread per GPU keeps that promise too, but every round then wakes as many
 threads as GPUs (259 threads at 256 GPUs), and switching between them costs
@@ -26,10 +26,20 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-STALL = 0.1
-"""Seconds a job may run before its thread is replaced in the pool (a healthy
-GPU's round takes milliseconds; a replacement is cheap and goes away again)."""
+STALL = 0.25
+"""Seconds a job may run before its thread is replaced in the pool. A healthy GPU's
+job takes milliseconds, but tens of them while scrapes hold the interpreter (at
+0.1 s, four clients scraping without pause made the pool replace threads); a
+hung GPU delays the GPUs queued after it this long, once, in the round it hangs."""
 
+
+HANDOFF = 0.0001
+"""Seconds a reader pauses between two GPUs' jobs. Reading GPUs back to back holds
+the interpreter in 5 ms slices, and a scrape thread waiting for it waits that long
+each time; a blocking pause hands it over (``sleep(0)`` does not, in CPython 3.11).
+In the 60 s soak (h100x8, 0.5 s interval, four clients without pause) it took the
+pool from 56-58k scrapes and a 33 ms p99 to 69-79k and 20-25 ms; a thread per GPU did
+68-71k and 27 ms. It costs wall time, not CPU: about 0.1 ms a GPU."""
 
 READERS = 1
 """Threads that read the GPUs while none hangs. One: in one process, interleaved with
@@ -95,11 +105,11 @@ class Pool:
             self._start()
         self._tasks.put(job)
 
-    def hold(self, job: Job) -> None:
-        """Where ``job`` has run for STALL or more, the pool goes on without its thread."""
+    def hold(self, job: Job, stall: float = STALL) -> None:
+        """Where ``job`` has run for ``stall`` or more, the pool goes on without its thread."""
         with self._lock:
             if (job.held or job.begun is None or job.done.is_set() or self._closed
-                    or time.monotonic() - job.begun < STALL):
+                    or time.monotonic() - job.begun < stall):
                 return
             job.held = True
             self._active -= 1
@@ -133,6 +143,8 @@ class Pool:
                 job.error = exc
             finally:
                 job.done.set()
+            if not self._tasks.empty():
+                time.sleep(HANDOFF)  # let a waiting scrape have the interpreter
             with self._lock:
                 if not job.held:
                     continue
@@ -184,13 +196,14 @@ class Workers:
                 job = worker.job = started[index] = Job(partial(run, worker), now)
                 self._pool.submit(job)
         deadline = now + timeout
+        stall = min(STALL, timeout / 4)  # a deadline shorter than STALL still reads around
         for job in started.values():
-            # in slices of STALL, each slice counted even where the clock is a test's
+            # in slices of the stall, each counted even where the clock is a test's
             left = max(0.0, deadline - self._clock())
-            while left > 0 and not job.done.wait(min(STALL, left)):
+            while left > 0 and not job.done.wait(min(stall, left)):
                 for other in started.values():
-                    self._pool.hold(other)  # running for STALL or more: read on without it
-                left = min(left - STALL, max(0.0, deadline - self._clock()))
+                    self._pool.hold(other, stall)  # stalled: read on without its thread
+                left = min(left - stall, max(0.0, deadline - self._clock()))
         out: dict[int, T] = {}
         for index, job in started.items():
             if job.done.is_set():
