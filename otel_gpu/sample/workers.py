@@ -42,9 +42,9 @@ pool from 56-58k scrapes and a 33 ms p99 to 69-79k and 20-25 ms; a thread per GP
 68-71k and 27 ms. It costs wall time, not CPU: about 0.1 ms a GPU."""
 
 READERS = 1
-"""Threads that read the GPUs while none hangs. One: in one process, interleaved with
-a thread per GPU, it cost 0.91x the CPU per sample at 8 GPUs and 0.81x at 64 (two
-readers: 0.99x and 0.81x), and a slow GPU is read around after STALL anyway."""
+"""Threads that read the GPUs while none hangs. One: against a thread per GPU it costs
+0.92x the CPU per sample at 8 GPUs and 0.89x at 64 (``python -m benchmarks.readers``),
+and a slow GPU is read around after STALL anyway."""
 
 
 class Job:
