@@ -15,8 +15,11 @@ from tests.support.nvml import SOURCES
 from tests.support.process import wait_until
 
 
-def _readers() -> list[str]:
-    return sorted(t.name for t in threading.enumerate() if t.name.startswith("otel-gpu-read"))
+def _readers(before: set[threading.Thread] = frozenset()) -> set[threading.Thread]:
+    """The reader threads alive now that were not in ``before`` (other tests' samplers
+    may still hold readers of their own in this process)."""
+    return {t for t in threading.enumerate()
+            if t.name.startswith("otel-gpu-read") and t not in before}
 
 
 def _job(result: str, release: threading.Event | None = None):
@@ -37,7 +40,7 @@ def released():
 
 
 def test_a_hung_gpu_keeps_one_thread_and_the_others_are_read_in_time(released):
-    before = _readers()
+    before = set(threading.enumerate())
     workers = Workers(time.monotonic, size=1)
     try:
         jobs = {0: _job("gpu0", released), 1: _job("gpu1"), 2: _job("gpu2"), 3: _job("gpu3")}
@@ -45,14 +48,14 @@ def test_a_hung_gpu_keeps_one_thread_and_the_others_are_read_in_time(released):
         assert workers.run(jobs, timeout=1.0) == {1: "gpu1", 2: "gpu2", 3: "gpu3"}
         assert workers.busy(0) and not workers.busy(1)
         assert workers.get(0).current == "nvmlDeviceGetTemperature"
-        grown = _readers()
-        assert len(grown) - len(before) == 2  # the held one and its replacement
+        grown = _readers(before)
+        assert len(grown) == 2  # the held one and its replacement
         # the hung GPU gets no new job; the rest are read by the thread already there
         assert workers.run(jobs, timeout=1.0) == {1: "gpu1", 2: "gpu2", 3: "gpu3"}
-        assert _readers() == grown
+        assert _readers(before) == grown
         released.set()
         # back from its call, the held thread leaves: the pool is one thread again
-        wait_until(lambda: len(_readers()) - len(before) == 1, 10, "the held thread to leave")
+        wait_until(lambda: len(_readers(before)) == 1, 10, "the held thread to leave")
         assert workers.run(jobs, timeout=5.0) == {0: "gpu0", 1: "gpu1", 2: "gpu2", 3: "gpu3"}
         assert workers.threads == 1
     finally:
@@ -95,7 +98,7 @@ def test_a_pool_needs_a_thread_and_a_closed_one_takes_no_jobs():
 
 def test_sixty_four_gpus_are_read_by_one_thread(fake_nvml, tmp_path):
     """Once one thread per GPU: 64 threads woken every sample, 259 at 256 GPUs."""
-    before = _readers()
+    before = set(threading.enumerate())
     fake_nvml(write_scenario(NODES["gpus-64"], tmp_path))
     nvml = Nvml()
     nvml.init()
@@ -104,6 +107,6 @@ def test_sixty_four_gpus_are_read_by_one_thread(fake_nvml, tmp_path):
         snapshot = sampler.sample()
         assert len(snapshot.devices) == 64
         assert all(d.state == "ok" and d.values for d in snapshot.devices)
-        assert len(_readers()) - len(before) == 1
+        assert len(_readers(before)) == 1
     finally:
         sampler.close()
