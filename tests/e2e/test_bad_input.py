@@ -369,7 +369,7 @@ def _expect_load_or_one_line(**kwargs) -> None:
         assert _of_type(value, option.type), (option.key, value)
 
 
-@pytest.mark.slow  # at scale (thousands of pods, hundreds of GPUs, bursts): not in the quick loop
+@pytest.mark.slow  # generated input, dozens of examples each: not in the quick loop
 @GENERATED
 @given(doc=_documents | _values)
 def test_generated_documents_load_or_fail_in_one_line(doc):
@@ -404,7 +404,7 @@ _flag_text = st.text(alphabet=string.printable.replace("\x0b", "").replace("\x0c
                      max_size=24)
 
 
-@pytest.mark.slow  # at scale (thousands of pods, hundreds of GPUs, bursts): not in the quick loop
+@pytest.mark.slow  # generated input, dozens of examples each: not in the quick loop
 @settings(max_examples=20, deadline=None, database=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(doc=_documents, interval=_flag_text, listen=_flag_text, naming=_flag_text,
