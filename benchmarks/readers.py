@@ -77,13 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", type=node_list, default="gpus-8,gpus-64")
     parser.add_argument("--rounds", type=int, default=60)
     args = parser.parse_args(argv)
-    configs = args.configs
     if not 3 <= args.rounds <= 10_000:
         parser.error("--rounds must be 3 to 10000")
     print("| node | " + " | ".join(f"{n} ms (IQR)" for n in LAYOUTS)
           + " | pool / per-gpu | inline / per-gpu |")
     print("|---" * (len(LAYOUTS) + 3) + "|")
-    for name in configs:
+    for name in args.configs:
         cpu = measure(name, args.rounds)
         med = {n: statistics.median(v) for n, v in cpu.items()}
         cells = []

@@ -126,10 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", type=node_list, default="gpus-8,gpus-64,gpus-256")
     parser.add_argument("--repeat", type=int, default=10)
     args = parser.parse_args(argv)
-    configs = args.configs
     print("| node | " + " | ".join(STAGES) + " | render / promclient | cycle / promclient |")
     print("|---" * (len(STAGES) + 3) + "|")
-    for name in configs:
+    for name in args.configs:
         m = measure(name, args.repeat)
         render = m["collect"] + m["write"] + m["gzip"]
         print(f"| {name} | " + " | ".join(f"{m[s]:.1f}" for s in STAGES)

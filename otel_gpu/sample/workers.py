@@ -64,8 +64,7 @@ class DeviceWorker:
     """One GPU's place in the pool: its latest job, and the NVML call the job is in
     (``current``, set by the job itself, so a hung GPU is reported with its call)."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+    def __init__(self) -> None:
         self.job: Job | None = None
         self.current: str = ""
 
@@ -174,7 +173,7 @@ class Workers:
     def get(self, index: int) -> DeviceWorker:
         worker = self._workers.get(index)
         if worker is None:
-            worker = self._workers[index] = DeviceWorker(f"GPU {index}")
+            worker = self._workers[index] = DeviceWorker()
         return worker
 
     def busy(self, index: int | None = None) -> bool:
