@@ -1,7 +1,10 @@
 """Reading the files a user points otel-gpu at, safely: bounded, typed, UTF-8, plain YAML.
 
-Every file otel-gpu reads at start-up (config, scenario, counters CSV, web
-config, OTLP headers, certificates) is outside input. These helpers refuse
+Every file otel-gpu reads is outside input: at start-up (config, scenario,
+counters CSV, web config, OTLP headers, certificates) and while it runs
+(sysfs and procfs attributes, ``/proc/<pid>/cgroup``, HPC job mapping
+files). Every one is read here and nowhere else (a test keeps it so). These
+helpers refuse
 what would hang or exhaust the process (a FIFO, ``/dev/zero``, a huge file,
 a YAML alias bomb, deep nesting) and turn what would be a traceback (bytes
 that are not UTF-8, duplicate keys) into one :class:`FileError` line naming
@@ -82,28 +85,44 @@ SYSFS_MAX_BYTES = 1 << 16
 """64 KiB: a sysfs attribute is at most a page; a cpulist of thousands of CPUs fits."""
 
 
-def read_sysfs(path: str | os.PathLike[str], *, max_bytes: int = SYSFS_MAX_BYTES) -> str | None:
-    """A sysfs attribute's text, stripped; ``None`` when it is missing or not a plain file.
+def read_attribute(path: str | os.PathLike[str], what: str = "sysfs file", *,
+                   max_bytes: int = SYSFS_MAX_BYTES) -> str | None:
+    """A sysfs or procfs attribute's text, stripped; ``None`` when it does not exist.
 
     The same checks as a user's file (non-blocking open, regular file, bounded read): a
-    FIFO or a device put where an attribute should be cannot block discovery or sampling.
-    Undecodable bytes are replaced; the caller parses (and bounds) what it expects.
+    FIFO or a device put where an attribute should be cannot block discovery, sampling
+    or attribution. One that exists but cannot be used is a :class:`FileError` naming
+    it, so the caller can say so once. Undecodable bytes are replaced; the caller parses
+    (and bounds) what it expects.
     """
+    label = f"{what} {os.fspath(path)}"
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
             return None
+        raise FileError(f"{label}: cannot read it ({_reason(exc)})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise FileError(f"{label}: not a regular file ({_kind(mode)})")
         data = os.read(fd, max_bytes + 1)
-    except OSError:
-        return None
+    except OSError as exc:
+        raise FileError(f"{label}: cannot read it ({_reason(exc)})") from None
     finally:
         os.close(fd)
     if len(data) > max_bytes:
-        return None
+        raise FileError(f"{label}: too large (at most {max_bytes} bytes)")
     return data.decode("ascii", "replace").strip()
+
+
+def read_sysfs(path: str | os.PathLike[str], *, max_bytes: int = SYSFS_MAX_BYTES) -> str | None:
+    """:func:`read_attribute`, ``None`` also when the file cannot be used (for readers
+    that treat a strange attribute as a missing one)."""
+    try:
+        return read_attribute(path, max_bytes=max_bytes)
+    except FileError:
+        return None
 
 
 _MIXIN: Any = object  # the loaders' methods come from PyYAML, which has no type stubs
@@ -255,8 +274,12 @@ def _build(node: Any) -> object:
         loader.dispose()
 
 
+_NULL_TAG = "tag:yaml.org,2002:null"
+
+
 def load_yaml_fields(path: str, what: str, *, fields: str = "fields") -> dict[object, object]:
-    """A small YAML file whose top level maps names to values (empty: ``{}``).
+    """A small YAML file whose top level maps names to values (``{}`` when it holds none:
+    empty, only comments, or a null document such as ``~``, ``null`` or ``---``).
 
     Each value is built on its own: one whose tag YAML cannot build is an
     :class:`Unreadable` in its place instead of an error for the whole file,
@@ -270,8 +293,8 @@ def load_yaml_fields(path: str, what: str, *, fields: str = "fields") -> dict[ob
     try:
         with _yaml_errors(label):
             root = loader.get_single_node()
-        if root is None:
-            return {}
+        if root is None or (isinstance(root, yaml.ScalarNode) and root.tag == _NULL_TAG):
+            return {}  # null counts as absent, in a whole file as in a setting
         if not isinstance(root, yaml.MappingNode):
             raise FileError(f"{label}: expected a mapping of {fields} at the top level")
         with _yaml_errors(label):

@@ -27,6 +27,7 @@ from otel_gpu.config import (
     parse_listen,
 )
 from otel_gpu.errors import SetupError
+from otel_gpu.export.webconfig import load_web_config
 from tests.support.configs import ToyConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -223,6 +224,40 @@ def test_null_in_the_file_means_the_default(tmp_path, option):
     assert load({}, environ={}, config_file=str(path)) == load({}, environ={})
     path.write_text(f"{option.key}: ~\n")
     assert load({}, environ={}, config_file=str(path)) == load({}, environ={})
+
+
+NULL_DOCUMENTS = {
+    "tilde": "~\n",
+    "null": "null\n",
+    "document-start": "---\n",
+    "document-start-then-comments": "---\n# interval: 5s\n# listen: :9400\n",
+}
+"""Files holding a null document: no settings, as an empty or comment-only file."""
+
+
+@pytest.mark.parametrize("text", NULL_DOCUMENTS.values(), ids=NULL_DOCUMENTS.keys())
+def test_a_null_config_file_means_every_default(tmp_path, text):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    assert load({}, environ={}, config_file=str(path)) == load({}, environ={})
+    env = {"OTEL_GPU_INTERVAL": "5s"}
+    assert load({}, environ=env, config_file=str(path)).interval == 5.0
+
+
+@pytest.mark.parametrize("text", NULL_DOCUMENTS.values(), ids=NULL_DOCUMENTS.keys())
+def test_a_null_web_config_is_no_web_config(tmp_path, text):
+    """The web config takes a null document as the config file does: no TLS, no auth."""
+    path = tmp_path / "web.yaml"
+    path.write_text(text)
+    web = load_web_config(str(path))
+    assert web.tls is None and not web.users
+
+
+def test_a_quoted_null_is_text_not_an_absent_file(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text('"null"\n')
+    with pytest.raises(ConfigError, match="expected a mapping of settings at the top level"):
+        load({}, environ={}, config_file=str(path))
 
 
 def test_null_in_the_file_leaves_variables_and_flags_in_charge(tmp_path):
