@@ -141,7 +141,8 @@ class LogLimiter:
         self._lock = threading.Lock()
 
     def log(
-        self, key: Hashable, level: int, msg: str, *args: object, exc_info: bool = False
+        self, key: Hashable, level: int, msg: str, *args: object, exc_info: bool = False,
+        extra: Mapping[str, object] | None = None,
     ) -> bool:
         """Log ``msg % args`` unless ``key`` was logged less than ``interval`` ago.
 
@@ -161,7 +162,7 @@ class LogLimiter:
                 entry[0], entry[1] = now, 0
             else:
                 self._remember(key, now)
-        self._logger.log(level, msg, *args, exc_info=exc_info)
+        self._logger.log(level, msg, *args, exc_info=exc_info, extra=extra)
         return True
 
     def once(self, key: Hashable, level: int, msg: str, *args: object) -> bool:

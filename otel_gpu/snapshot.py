@@ -410,6 +410,9 @@ class Snapshot:
     devices: tuple[DeviceSample, ...] = ()
     nvml_calls: int = 0
     """NVML calls made since start, including this sample's."""
+    reader_failures: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    """Unexpected failures by reader since start (each cost that reader's values on one
+    device for one sample), every reader the sampler uses present from 0."""
     errors: tuple[str, ...] = field(default=())
     """Problems worth showing in ``check`` and ``/readyz``."""
     notes: tuple[str, ...] = field(default=())

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 from collections.abc import Callable, Iterator
 
 import pytest
 
+from otel_gpu.sample import containment
 from otel_gpu.snapshot import Device
 from tests.support.clock import FakeClock
 from tests.support.kubelet import FakeKubelet
@@ -35,9 +37,39 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.support)
 
 
+def _expects_reader_failures(request: pytest.FixtureRequest) -> bool:
+    return request.node.get_closest_marker("reader_failures") is not None
+
+
+class _ReaderFailureLines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if hasattr(record, containment.MARK):
+            self.lines.append(record.getMessage())
+
+
+@pytest.fixture(autouse=True)
+def _no_unexpected_reader_failures(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A reader failure is contained in production (one line, one count) and so easy to
+    miss: here it fails the test, unless the test is marked ``reader_failures``."""
+    caught = _ReaderFailureLines()
+    logger = logging.getLogger(containment.__name__)
+    logger.addHandler(caught)
+    try:
+        yield
+    finally:
+        logger.removeHandler(caught)
+    if caught.lines and not _expects_reader_failures(request):
+        pytest.fail("a reader failed unexpectedly: " + "; ".join(caught.lines[:3]))
+
+
 @pytest.fixture
-def collector() -> Iterator[Callable[..., CollectorProcess]]:
-    """Start ``otel-gpu serve`` on a free port; always stopped afterwards."""
+def collector(request: pytest.FixtureRequest) -> Iterator[Callable[..., CollectorProcess]]:
+    """Start ``otel-gpu serve`` on a free port; always stopped afterwards. A reader failure
+    in its output fails the test unless the test is marked ``reader_failures``."""
     started: list[CollectorProcess] = []
 
     def start(*args: str, env: dict[str, str] | None = None, interval: str = "0.2",
@@ -51,6 +83,10 @@ def collector() -> Iterator[Callable[..., CollectorProcess]]:
     yield start
     for proc in started:
         proc.stop(signal.SIGKILL)
+    failures = [line for proc in started for line in proc.lines
+                if containment.WHAT_HAPPENED in line]
+    if failures and not _expects_reader_failures(request):
+        pytest.fail("a reader failed unexpectedly in the collector: " + "; ".join(failures[:3]))
 
 
 @pytest.fixture

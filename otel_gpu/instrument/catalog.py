@@ -31,6 +31,7 @@ from otel_gpu.instrument.attributes import (
     OMITTED_BECAUSE,
     POD_ATTRIBUTES,
     PROCESS_OWNER,
+    READER,
     REPLICA,
     UNATTRIBUTED,
     USAGE_ATTRIBUTES,
@@ -655,6 +656,15 @@ CATALOG: tuple[Metric, ...] = (
         "otel_gpu.nvml.requests", Kind.COUNTER, "{request}",
         "NVML requests made since start; scrapes never add to it.",
         per_node=observe.nvml_requests,
+        source_doc="collector",
+    ),
+    Metric(
+        "otel_gpu.reader.failures", Kind.COUNTER, "{failure}",
+        "Reads that raised what no NVML return code explains (a malformed driver answer, "
+        "or a bug), by otel_gpu.reader: each cost that reader's values on one device for "
+        "one sample, the other values and devices published as usual. Alert on any increase.",
+        per_node=observe.reader_failures,
+        attributes=(READER,),
         source_doc="collector",
     ),
     Metric(

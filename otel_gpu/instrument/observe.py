@@ -17,6 +17,7 @@ from otel_gpu.instrument.attributes import (
     K8S_RESOURCE,
     OMITTED_BECAUSE,
     PROCESS_OWNER,
+    READER,
     REPLICA,
     UNATTRIBUTED,
     USAGE_ATTRIBUTES,
@@ -65,6 +66,12 @@ def samples(snapshot: Snapshot, now: float) -> Iterable[Observation]:
 
 def nvml_requests(snapshot: Snapshot, now: float) -> Iterable[Observation]:
     yield float(snapshot.nvml_calls), {}
+
+
+def reader_failures(snapshot: Snapshot, now: float) -> Iterable[Observation]:
+    """Every reader from 0, so that its first failure is an increase."""
+    for reader, count in sorted(snapshot.reader_failures.items()):
+        yield float(count), {READER: reader}
 
 
 def devices(snapshot: Snapshot, now: float) -> Iterable[Observation]:

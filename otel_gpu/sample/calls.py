@@ -3,13 +3,16 @@
 A static reader is read once per device; a reader with ``changes_with`` only
 when what it depends on moved (and at least once per rediscovery period); a
 field's fallback only where the batched field is not answered. Run on the
-device's worker thread.
+device's worker thread. A reader that raises costs its own values this sample,
+not the others' (:mod:`~otel_gpu.sample.containment`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
+from otel_gpu.sample.containment import describe
 from otel_gpu.sample.device import Tracked
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.outcomes import Outcomes
@@ -32,6 +35,11 @@ class CallReads:
         self._outcomes = outcomes
         self._process_usage = process_usage
         self._refresh_every = refresh_every
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The readers' names: what their failures are counted by."""
+        return tuple(r.name for r in self._readers)
 
     def read(
         self, t: Tracked, values: dict[str, float], unsupported: list[str],
@@ -64,13 +72,25 @@ class CallReads:
             worker.current = reader.name
             res = self._nvml.call(reader.read, self._m, t.handle)
             if res.ok:
-                values.update(res.value)
+                try:
+                    answer = _answer(res.value)
+                except (TypeError, ValueError) as exc:
+                    self._outcomes.failures.record(t.label(), reader.name, describe(exc), exc)
+                    continue
+                values.update(answer)
                 if reader.static:
-                    reads.static[reader.name] = dict(res.value)
+                    reads.static[reader.name] = answer
                 elif reader.changes_with:
-                    reads.kept[reader.name] = (basis, seq, dict(res.value))
+                    reads.kept[reader.name] = (basis, seq, answer)
                 continue
             failure = self._outcomes.act(t, reader.name, res, unsupported)
             if failure is not None:
                 return failure
         return None
+
+
+def _answer(value: Any) -> dict[str, float]:
+    """A reader's answer as ``{key: value}``; raises TypeError for anything else."""
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise TypeError(f"a reader answered {type(value).__name__}, not a mapping of values")
+    return dict(value)

@@ -163,8 +163,9 @@ class Tracked:
             not_available=0 if failed else r.dropped,
         )
 
-    def hung_sample(self, what: str, since: float, now: float) -> DeviceSample:
-        """The device while a call on its GPU has not returned: no values, its last state."""
+    def hung_sample(self, what: str | None, since: float, now: float) -> DeviceSample:
+        """The device while a call on its GPU has not returned (``what`` it is), or after its
+        read raised (``what`` None): no values, its last state."""
         read_at = self.reads.read_at
         return DeviceSample(
             device=self.device,

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from otel_gpu._log import LogLimiter
+from otel_gpu.sample.containment import ReaderFailures
 from otel_gpu.sample.library import Nvml, Outcome, Result, classify, error_name
 from otel_gpu.sample.sources import Source
 from otel_gpu.sample.workers import DeviceWorker
@@ -108,8 +109,10 @@ class GpmCollector:
         *,
         retry_every: int = RETRY_EVERY,
         clock: Callable[[], float] = time.monotonic,
+        failures: ReaderFailures | None = None,
     ) -> None:
         self._nvml = nvml
+        self._failures = ReaderFailures(clock) if failures is None else failures
         self._m = nvml.module
         self._sources = tuple(s for s in sources if s.gpm)
         self._ids = tuple(dict.fromkeys(i for s in self._sources for i in s.gpm))
@@ -186,6 +189,9 @@ class GpmCollector:
         elif res.outcome is Outcome.UNSUPPORTED:
             t.gpm.supported = False
             self._unavailable(t.gpm, self._why("nvmlGpmQueryDeviceSupport", res))
+        elif res.outcome is Outcome.BROKEN:
+            self._failures.record(t.label(), "nvmlGpmQueryDeviceSupport", res.message,
+                                  res.error)
         else:  # asked again next sample
             self._limited.log((t.device.uuid, "gpm"), logging.WARNING,
                               "%s: asking whether it supports GPM failed (%s); retrying next "
@@ -254,6 +260,9 @@ class GpmCollector:
             self._unavailable(state, self._why(what, res))
         elif res.outcome is Outcome.DEVICE_FAILED:
             state.restart()  # the device's other reads report it
+        elif res.outcome is Outcome.BROKEN:
+            state.restart()  # nothing this sample can be paired with the next
+            self._failures.record(t.label(), what, res.message, res.error)
         else:
             self._limited.log((t.device.uuid, "gpm"), logging.WARNING,
                               "%s: reading GPM profiling metrics failed in %s (%s); retrying "

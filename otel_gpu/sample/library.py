@@ -6,6 +6,12 @@ device cannot give is omitted, a device that is gone is marked failed, and
 anything else is retried on the next sample. :func:`classify` is that
 decision, and :class:`Nvml` applies it so no caller ever sees an exception
 from the driver.
+
+Anything else the binding raises is never a success either: an ``NVMLError``
+whose code is ``NVML_SUCCESS`` (pynvml's answer to a driver that returns
+SUCCESS to a size query with a NULL buffer), a ``TypeError`` or ``ValueError``
+from a malformed answer. Such a call is :attr:`Outcome.BROKEN`: its value is
+absent, and the reader's failure is counted (:mod:`~otel_gpu.sample.containment`).
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ class Outcome(str, enum.Enum):
     """The device is lost or broken: mark it failed, drop its other series."""
     TRANSIENT = "transient"
     """Try again next sample."""
+    BROKEN = "broken"
+    """The call raised something no return code explains: no value, counted as the
+    reader's failure, tried again next sample."""
 
 
 _UNSUPPORTED = {
@@ -98,6 +107,8 @@ class Result:
     outcome: Outcome = Outcome.OK
     code: int = 0
     message: str = ""
+    error: BaseException | None = None
+    """What a :attr:`Outcome.BROKEN` call raised, for the debug-level traceback."""
 
     @property
     def ok(self) -> bool:
@@ -195,16 +206,22 @@ class Nvml:
             self.module.nvmlShutdown()
 
     def call(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Result:
-        """Run one pynvml function (or a reader making several); never raises ``NVMLError``.
+        """Run one pynvml function (or a reader making several); never raises ``Exception``.
 
-        Every call it makes into the library is counted in :attr:`calls`.
+        Every call it makes into the library is counted in :attr:`calls`. An exception
+        is never a value: one no NVML error code explains is :attr:`Outcome.BROKEN`.
         """
         outer = getattr(_active, "nvml", None)
         _active.nvml = self
         try:
             return Result(func(*args, **kwargs))
         except self.module.NVMLError as exc:
-            code = exc.value
+            code = getattr(exc, "value", None)
+            if not isinstance(code, int) or code == self.module.NVML_SUCCESS:
+                return Result(None, Outcome.BROKEN, 0,
+                              f"the driver answered SUCCESS but gave no value ({exc})", exc)
             return Result(None, classify(code, self.module), code, str(exc))
+        except Exception as exc:  # noqa: BLE001 - a malformed answer or a reader's bug
+            return Result(None, Outcome.BROKEN, 0, f"{type(exc).__name__}: {exc}", exc)
         finally:
             _active.nvml = outer

@@ -3,8 +3,9 @@
 Every reader (batched fields, plain calls, process reads) hands a failed
 :class:`~otel_gpu.sample.library.Result` to :meth:`Outcomes.act`: a lost
 device is failed, a destroyed MIG instance asks for rediscovery, a value the
-device cannot give is omitted from then on, anything else is retried (and
-logged at most every five minutes).
+device cannot give is omitted from then on, a call that raised what no return
+code explains is counted as its reader's failure, anything else is retried
+(and logged at most every five minutes).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
 
 from otel_gpu._log import LogLimiter
+from otel_gpu.sample.containment import ReaderFailures
 from otel_gpu.sample.device import Tracked
 from otel_gpu.sample.library import Outcome, Result, error_name
 from otel_gpu.sample.sources import Source
@@ -28,11 +30,13 @@ _NAMED = 8
 
 class Outcomes:
     """Acts on failed reads; ``topology_changed`` is raised from a worker thread and read
-    (and lowered) by the sampler thread at its next discovery."""
+    (and lowered) by the sampler thread at its next discovery. ``failures`` counts the
+    readers' unexpected failures (any thread)."""
 
-    def __init__(self, module: ModuleType, *, clock: Callable[[], float] = time.monotonic
-                 ) -> None:
+    def __init__(self, module: ModuleType, *, clock: Callable[[], float] = time.monotonic,
+                 failures: ReaderFailures | None = None) -> None:
         self._m = module
+        self.failures = ReaderFailures(clock) if failures is None else failures
         self._gone_codes = frozenset(
             getattr(module, name) for name in ("NVML_ERROR_INVALID_ARGUMENT",
                                                "NVML_ERROR_NOT_FOUND") if hasattr(module, name)
@@ -44,6 +48,9 @@ class Outcomes:
         """Act on a failed read; returns the failure text when the device failed."""
         if res.outcome is Outcome.DEVICE_FAILED:
             return f"{res.message} ({error_name(res.code, self._m)}) in {what}"
+        if res.outcome is Outcome.BROKEN:
+            self.failures.record(t.label(), what, res.message, res.error)
+            return None
         if t.device.is_mig and res.code in self._gone_codes:
             # The instance was destroyed (a MIG re-layout): rediscover on the next sample.
             if not self.topology_changed:
@@ -74,13 +81,17 @@ class Bounds:
         dropped = 0
         for key, value in list(values.items()):
             src = self._by_key.get(key)
-            if src is None or src.accepts(value):
+            number = isinstance(value, (int, float))
+            if number and (src is None or src.accepts(value)):
                 continue
-            del values[key]
+            del values[key]  # a value no source vouches for is absent, never a reading
             dropped += 1
             if key not in t.reads.not_available:
                 t.reads.not_available.add(key)
-                shown = "not available" if math.isnan(value) else f"{value:g}"
+                if not number:
+                    shown = f"not a number: {type(value).__name__}"
+                else:
+                    shown = "not available" if math.isnan(value) else f"{value:g}"
                 t.reads.newly_impossible.append(f"{key} ({shown})")
         return dropped
 

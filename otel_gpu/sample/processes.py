@@ -29,6 +29,11 @@ class ProcessReads:
         self._m = nvml.module
         self._outcomes = outcomes
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """What the process reads' failures are counted by."""
+        return (COMPUTE_PROCESSES.name, *_SHARE_CALLS)
+
     def read(self, t: Tracked, values: dict[str, float], unsupported: list[str],
              worker: DeviceWorker) -> str | None:
         """The device's compute processes and their shares, left on ``t``; counts them too.

@@ -7,9 +7,11 @@ the batched field values (:mod:`~otel_gpu.sample.batch`), the plain calls
 (:mod:`~otel_gpu.sample.calls`), the processes
 (:mod:`~otel_gpu.sample.processes`) and GPM (:mod:`~otel_gpu.sample.gpm`).
 Every call made for one GPU, discovery included, runs in that GPU's job under
-a deadline, so a call that never returns stalls only its GPU. The pass
+a deadline, so a call that never returns stalls only its GPU; a reader that
+raises costs its own values on its device that sample and nothing else
+(:mod:`~otel_gpu.sample.containment`). The pass
 returns an immutable :class:`~otel_gpu.snapshot.Snapshot`;
-:mod:`otel_gpu.publish.pipeline` runs passes on an interval, and nothing on
+:mod:`otel_gpu.publish.loop` runs passes on an interval, and nothing on
 the scrape path calls into here.
 """
 
@@ -25,6 +27,7 @@ from types import MappingProxyType
 from otel_gpu._log import LogLimiter
 from otel_gpu.sample.batch import FieldReads
 from otel_gpu.sample.calls import CallReads
+from otel_gpu.sample.containment import DEVICE, ReaderFailures, describe
 from otel_gpu.sample.device import Tracked, state_of
 from otel_gpu.sample.discovery import Discovery, mig_profile, unknown_uuid
 from otel_gpu.sample.gpm import WINDOW, GpmCollector
@@ -68,12 +71,15 @@ class Sampler:
         self._wall = wall_clock
         self._rediscover_every = max(1, rediscover_every)
         self._read_timeout = read_timeout
-        self._outcomes = Outcomes(self._m, clock=clock)
+        self._failures = ReaderFailures(clock)
+        self._outcomes = Outcomes(self._m, clock=clock, failures=self._failures)
         self._fields = FieldReads(nvml, sources, self._outcomes)
         self._calls = CallReads(nvml, sources, self._outcomes, process_usage=process_usage,
                                 refresh_every=self._rediscover_every)
         self._procs = ProcessReads(nvml, self._outcomes) if process_usage else None
-        self._gpm = GpmCollector(nvml, sources, clock=clock)
+        self._gpm = GpmCollector(nvml, sources, clock=clock, failures=self._failures)
+        self._failures.expect(["fields", "calls", *self._calls.names, "gpm", "discovery"]
+                              + (list(self._procs.names) if self._procs else []))
         self._gpm_window = min(max(0.0, gpm_window), 1.0)
         self._sleep = sleep
         self._bounds = Bounds(sources)
@@ -81,7 +87,7 @@ class Sampler:
         self._workers = Workers(clock) if workers is None else workers
         self._topology = Topology(Discovery(nvml, sysfs_root=sysfs_root), self._workers,
                                   self._xid, timeout=read_timeout, release=self._release_gpm,
-                                  clock=clock)
+                                  clock=clock, failures=self._failures)
         self._seq = 0
         self._limited = LogLimiter(log, 300.0, clock=clock)
 
@@ -116,6 +122,7 @@ class Sampler:
         samples = self._read_all(problems)
         notes, gpm_problems = self._gpm.summary(self._topology.devices)
         problems.extend(gpm_problems)
+        problems.extend(self._failures.take_recent())
         self._seq += 1
         finished = self._clock()
         return Snapshot(
@@ -126,6 +133,7 @@ class Sampler:
             driver_version=self._topology.driver_version,
             devices=samples,
             nvml_calls=self._nvml.calls,
+            reader_failures=self._failures.counts(),
             errors=tuple(problems),
             notes=tuple(notes),
         )
@@ -153,9 +161,10 @@ class Sampler:
         for t in self._topology.devices:
             groups.setdefault((t.parent or t).device.index, []).append(t)
         self._prime(groups)
+        errors: dict[int, BaseException] = {}
         done = self._workers.run(
             {index: partial(self._read_group, group) for index, group in groups.items()},
-            self._read_timeout)
+            self._read_timeout, errors)
         end = self._clock()
         out: list[DeviceSample] = []
         answered: list[Tracked] = []
@@ -164,6 +173,10 @@ class Sampler:
                 self._answered(group[0], end)
                 out.extend(t.sample(end) for t in group)
                 answered.extend(group)
+            elif index in errors:  # its job raised: no value of this GPU this sample
+                self._failures.record(group[0].label(), DEVICE, describe(errors[index]),
+                                      errors[index])
+                out.extend(t.hung_sample(None, end, end) for t in group)
             else:
                 out.extend(self._hung(t, self._workers.get(index), end, problems)
                            for t in group)
@@ -183,7 +196,10 @@ class Sampler:
         if not jobs:
             return
         started = self._clock()
-        taken = self._workers.run(jobs, self._read_timeout)
+        errors: dict[int, BaseException] = {}
+        taken = self._workers.run(jobs, self._read_timeout, errors)
+        for index, error in errors.items():
+            self._failures.record(groups[index][0].label(), "gpm", describe(error), error)
         left = self._gpm_window - (self._clock() - started)
         if any(taken.values()) and left > 0:
             self._sleep(left)
@@ -212,6 +228,19 @@ class Sampler:
             log.warning("%s answered again after %.0f s", gpu.label(), now - gpu.hung_since)
             gpu.hung_since = None
 
+    def _stage(self, t: Tracked, name: str, read: Callable[..., str | None],
+               values: dict[str, float], *args: object) -> str | None:
+        """One stage of a device's reads, its values kept only if it finished: a stage that
+        raises costs its own values on this device this sample (counted and logged)."""
+        part: dict[str, float] = {}
+        try:
+            failure = read(t, part, *args)
+        except Exception as exc:  # noqa: BLE001 - contained to this stage, reported
+            self._failures.record(t.label(), name, describe(exc), exc)
+            return None
+        values.update(part)
+        return failure
+
     def _read_group(self, group: list[Tracked], worker: DeviceWorker) -> None:
         for t in group:
             self._read(t, worker)
@@ -224,12 +253,18 @@ class Sampler:
         failure = t.parent.reads.failure if t.parent is not None else t.open_failure
         if failure is None:
             retry: set[str] = set()  # fields the batch failed this time: their call stands in
-            failure = self._fields.read(t, values, unsupported, worker, retry) or (
-                self._calls.read(t, values, unsupported, worker, retry, self._seq))
+            failure = self._stage(t, "fields", self._fields.read, values, unsupported, worker,
+                                  retry)
+            if failure is None:
+                try:  # each reader is contained in there; this is for the loop itself
+                    failure = self._calls.read(t, values, unsupported, worker, retry, self._seq)
+                except Exception as exc:  # noqa: BLE001 - the readers' answers so far stand
+                    self._failures.record(t.label(), "calls", describe(exc), exc)
         if failure is None and self._procs is not None:
-            failure = self._procs.read(t, values, unsupported, worker)
+            failure = self._stage(t, "processes", self._procs.read, values, unsupported,
+                                  worker)
         if failure is None:
-            self._gpm.read(t, values, unsupported, worker)
+            self._stage(t, "gpm", self._gpm.read, values, unsupported, worker)
             reads.dropped = self._bounds.drop(t, values)
         else:
             reads.dropped = 0

@@ -4,8 +4,9 @@
 that GPU's worker and waits for all of them within one deadline, on the
 sampler thread. A GPU that does not answer in time keeps what was known of it
 (a placeholder named by its index at start-up) and is reported hung by the
-sampler's reads; it is looked at again once its call returns. A GPU that
-cannot be opened is kept and failed, never dropped.
+sampler's reads; it is looked at again once its call returns, and so is one
+whose look-up raised. A GPU that cannot be opened is kept and failed, never
+dropped.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from functools import partial
 from typing import Any
 
 from otel_gpu._log import LogLimiter
+from otel_gpu.sample.containment import ReaderFailures, describe
 from otel_gpu.sample.device import Tracked
 from otel_gpu.sample.discovery import Discovery, Found
 from otel_gpu.sample.library import Result
@@ -33,8 +35,10 @@ class Topology:
 
     def __init__(self, discovery: Discovery, workers: Workers, xid: XidEvents, *,
                  timeout: float, release: Callable[[Tracked], None],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 failures: ReaderFailures | None = None) -> None:
         self._discovery = discovery
+        self._failures = ReaderFailures(clock) if failures is None else failures
         self._workers = workers
         self._xid = xid
         self._timeout = timeout
@@ -55,8 +59,10 @@ class Topology:
             return True
         if not self.unopened:
             return False
+        errors: dict[int, BaseException] = {}
         done = self._workers.run({i: partial(self._discovery.reopenable, i)
-                                  for i in sorted(self.unopened)}, self._timeout)
+                                  for i in sorted(self.unopened)}, self._timeout, errors)
+        self._raised(errors)
         return any(done.values())
 
     def discover(self, count: int, problems: list[str]) -> None:
@@ -69,14 +75,16 @@ class Topology:
         def register(uuid: str, handle: Any) -> Result | None:
             return self._xid.register(handle) if self._xid.wanted(previous.get(uuid)) else None
 
+        errors: dict[int, BaseException] = {}
         done = self._workers.run(
             {i: partial(self._discovery.open, i, frozenset(previous), register)
-             for i in range(count)}, self._timeout)
+             for i in range(count)}, self._timeout, errors)
+        self._raised(errors)
         found: list[Tracked] = []
         self.unopened, self._undiscovered = set(), set()
         for index in range(count):
             old, result = gpus.get(index), done.get(index)
-            if result is None:  # a call on it is hung: keep what was known, if anything
+            if result is None:  # hung, or its look-up raised: keep what was known, if anything
                 self._undiscovered.add(index)
                 found.extend([old, *self._children(old)] if old is not None else [
                     self._discovery.unopened(index, count, NOT_FINISHED)])
@@ -105,6 +113,11 @@ class Topology:
             sum(1 for t in found if t.device.is_mig),
             self.driver_version or "unknown",
         )
+
+    def _raised(self, errors: Mapping[int, BaseException]) -> None:
+        """A GPU whose look-up raised is looked at again at the next sample, as a hung one."""
+        for index, error in errors.items():
+            self._failures.record(f"GPU {index}", "discovery", describe(error), error)
 
     def _assemble(self, result: Found, previous: Mapping[str, Tracked]) -> list[Tracked]:
         tracked = self._discovery.assemble(result, previous)

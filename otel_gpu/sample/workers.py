@@ -183,10 +183,11 @@ class Workers:
         worker = self._workers.get(index)
         return worker is not None and worker.busy
 
-    def run(self, jobs: Mapping[int, Callable[[DeviceWorker], T]], timeout: float
-            ) -> dict[int, T]:
+    def run(self, jobs: Mapping[int, Callable[[DeviceWorker], T]], timeout: float,
+            errors: dict[int, BaseException] | None = None) -> dict[int, T]:
         """Each job for its GPU (skipped where that GPU is busy), all within ``timeout``:
-        the results of those that finished in time. A job's exception is raised here."""
+        the results of those that finished in time. A job's exception goes into ``errors``
+        by GPU index, so it costs that GPU alone; without ``errors`` it is raised here."""
         now = self._clock()
         started: dict[int, Job] = {}
         for index, run in jobs.items():
@@ -206,9 +207,12 @@ class Workers:
         out: dict[int, T] = {}
         for index, job in started.items():
             if job.done.is_set():
-                if job.error is not None:
-                    raise job.error  # a bug, not the driver: the pipeline logs and backs off
-                out[index] = job.result
+                if job.error is None:
+                    out[index] = job.result
+                elif errors is not None:
+                    errors[index] = job.error
+                else:
+                    raise job.error
         return out
 
     def close(self, keep: int | None = None) -> None:
