@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from opentelemetry.sdk.metrics.export import MetricReader
 
-from otel_gpu.attribute.enrich import Enricher
+from otel_gpu.attribute.enrich import Bounded, Enricher
 from otel_gpu.config import Config
 from otel_gpu.errors import SetupError
 from otel_gpu.export import exporters, naming, sdk_env
@@ -146,17 +146,26 @@ def sample_once(config: Config, nvml: Nvml) -> Snapshot:
         enrich = pod_enricher(config)
         try:
             if enrich.watcher.poll_once():
-                snapshot = enrich.process(snapshot)
+                snapshot = _once(enrich, "pod", snapshot)
         finally:
             enrich.watcher.stop()
     jobs = job_enricher(config)
     if jobs is not None:
-        snapshot = jobs.process(snapshot)
+        snapshot = _once(jobs, "HPC job", snapshot)
     containers = container_enricher(config)
     if containers is not None:
         containers.source.poll_once()
-        snapshot = containers.process(snapshot)
+        snapshot = _once(containers, "container", snapshot)
     return snapshot
+
+
+def _once(stage: Enricher, name: str, snapshot: Snapshot) -> Snapshot:
+    """``stage`` applied to ``snapshot``, given up on after :data:`CHECK_READ_TIMEOUT_S`."""
+    bounded = Bounded(stage, name, CHECK_READ_TIMEOUT_S)
+    try:
+        return bounded.process(snapshot)
+    finally:
+        bounded.close()
 
 
 def _address(host: str, port: int) -> str:
@@ -274,10 +283,13 @@ class Service:
             self.enricher = pod_enricher(config, on_update=self.pipeline.pods_changed)
         self.jobs = job_enricher(config)
         self.containers = container_enricher(config)
-        stages: tuple[Enricher | None, ...] = (self.enricher, self.jobs, self.containers)
-        for stage in stages:  # in this order: pods, then jobs, then containers
-            if stage is not None:
-                self.pipeline.add_stage(stage.process)
+        # Each on a thread of its own, waited for as long as a GPU's reads: a file read
+        # that never returns costs the attributes, never the sampling.
+        named = (("pod", self.enricher), ("HPC job", self.jobs), ("container", self.containers))
+        self.stages = tuple(Bounded(stage, name, timings.read_timeout)
+                            for name, stage in named if stage is not None)
+        for stage in self.stages:  # in this order: pods, then jobs, then containers
+            self.pipeline.add_stage(stage.process)
         self.readiness = Readiness(store, timings, clock)
         web = load_web_config(config.web_config_file) if config.web_config_file else None
         self.server = MetricsServer(config.listen, self.cache, self.readiness, web)
@@ -324,6 +336,8 @@ class Service:
         if self.containers is not None:
             self.containers.source.stop()
         idle = self.pipeline.stop(timeout=0.5) and not self.sampler.busy()
+        for stage in self.stages:
+            stage.close()
         # The queued events go out beside the final metrics export, within the same time.
         started = time.monotonic()
         stopping = [threading.Thread(target=e.stop, args=(final_export_s,), daemon=True,

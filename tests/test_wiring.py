@@ -222,3 +222,57 @@ def test_the_start_up_absence_line_on_a_mig_node_is_short_and_the_list_is_on_deb
     assert "fan (NOT_SUPPORTED) on 7 devices (GPU 0, GPU 0's 4 MIG instances, GPU 1" in info[0]
     assert debug and "row_remap_histogram (NOT_SUPPORTED)" in " ".join(debug)
     assert "GPU 0 MIG 1g.5gb GI 14" in " ".join(debug)
+
+
+def test_a_read_of_the_pod_stage_that_never_returns_holds_no_gpu(t4, kubelet, tmp_path,
+                                                                 monkeypatch, caplog):
+    """The pod stage runs where the samples are published (the sampler's and the kubelet's
+    threads). A sysfs read there that never returns (a hung file system) costs the pods,
+    never the sampling: the GPU keeps being sampled and published, and once the read
+    returns the pods come back."""
+    import logging
+    import threading
+
+    from otel_gpu.attribute.k8s import attribution
+    from tests.support.kubelet import container, devices, pod
+    from tests.support.nvml import profile_uuids
+    from tests.support.process import wait_until
+
+    gpus = profile_uuids("t4")
+
+    entered, release = threading.Event(), threading.Event()
+
+    def hung_read(path, *args, **kw):
+        entered.set()
+        release.wait(30)
+        return "0-3"
+
+    monkeypatch.setattr(attribution, "read_attribute", hung_read)
+    kubelet.set_pods([pod("train", container("main", devices("nvidia.com/gpu", gpus[0],
+                                                              numa=0), cpu_ids=[0, 1]))])
+    config = load({"listen": "127.0.0.1:0", "interval": "100ms", "kubelet_interval": "100ms",
+                   "kubelet_socket": kubelet.socket_path, "sysfs_root": str(tmp_path)},
+                  environ={})
+    nvml = Nvml()
+    nvml.init()
+    service = Service(config, nvml, environ={})
+    store = service.pipeline.store
+    service.start()
+    try:
+        with caplog.at_level(logging.INFO, logger="otel_gpu"):
+            assert entered.wait(10), "the pod stage never read sysfs"
+            held_at = store.latest.seq if store.latest else 0
+            wait_until(lambda: store.latest and store.latest.seq >= held_at + 5, 10,
+                       "samples published while the pod stage is held")
+            latest = store.latest
+            assert [s.device.uuid for s in latest.devices] == gpus
+            assert all(s.values for s in latest.devices)  # sampled, not placeholders
+            release.set()
+            wait_until(lambda: (p := store.latest.pods) is not None
+                       and p.attribution.exclusive_owner(gpus[0]) is not None, 10,
+                       "the pods once the read returned")
+        held = [r for r in caplog.records if "pod attribution took longer" in r.getMessage()]
+        assert len(held) == 1 and held[0].levelname == "WARNING", caplog.text
+    finally:
+        release.set()
+        service.stop(0.5)

@@ -31,6 +31,12 @@ Threads, and what each owns::
                            subscriber, which turns a sample published for the first
                            time into GPU events (export.events) and queues them
                            for the OTLP logs pipeline (no wait on the backend).
+    otel-gpu-attribute-NAME  one per attribute stage (pod, HPC job, container):
+                           attribute.enrich.Bounded runs the stage's calls there;
+                           the publishing thread waits for each up to the read
+                           deadline, and past it publishes without the stage's
+                           attributes until the held call returns, so a file read
+                           that never returns holds no GPU's sampling.
     otel-gpu-kubelet-wait  attribute.k8s.enrich.KubeletWatch, only while no kubelet
                            socket exists: checks the path every kubelet interval;
                            when it appears, imports gRPC, builds and starts the
@@ -66,7 +72,8 @@ listed after it, so no cycle can form:
                              the store always ends with the newest sample joined with
                              the newest pods. Enrich reads a few small bounded files
                              (sysfs NUMA nodes; /proc/<pid>/cgroup and /var/log/pods
-                             with process usage).
+                             with process usage) on the stages' own threads, waited
+                             for at most the read deadline.
     2. SnapshotStore._cond   inside 1 only; readers never take it.
     3. RenderCache._lock     inside 1 (the render subscriber), or alone (http, a
                              fallback render): one render at a time; a scrape

@@ -289,3 +289,25 @@ def test_unmatched_device_ids_are_summarised_not_logged_one_by_one(collector, ku
     assert len(about_ids) == 1, about_ids[:5]
     assert "20000 allocated device id(s)" in about_ids[0]
     assert "GPU-a-00000-0" in about_ids[0]
+
+
+def test_a_fifo_at_a_nodes_cpulist_holds_no_gpu_and_is_named_once(collector, kubelet, tmp_path):
+    """A FIFO where sysfs has a node's cpulist (read for a container's NUMA alignment) must not
+    block: every GPU keeps being sampled, the pods keep their labels, one warning names the
+    file, and the collector stops at once on SIGTERM."""
+    node = tmp_path / "sys" / "devices" / "system" / "node" / "node0"
+    node.mkdir(parents=True)
+    os.mkfifo(node / "cpulist")
+    kubelet.set_pods([pod("train-0", container("main", devices("nvidia.com/gpu", H100[0], numa=0),
+                                               cpu_ids=[0, 1]), namespace="ml")])
+    proc = _start(collector, kubelet.socket_path, "--sysfs-root", str(tmp_path))
+    text = _wait_owners(proc, {H100[0]: ("train-0", "ml", "main"), H100[1]: None})
+    first = series(text, "otel_gpu_samples_total")[0][1]
+    text = proc.wait_sample(first + 5, timeout=10)
+    assert sorted(lab["hw_id"] for lab, _ in series(text, "hw_power_watts")) == sorted(H100)
+    assert _owners(text)[H100[0]] == ("train-0", "ml", "main")
+    named = [ln for ln in proc.lines if str(node / "cpulist") in ln]
+    assert len(named) == 1 and " WARNING " in named[0], proc.log
+    code, took = proc.stop()
+    assert code == 0 and took < 2.0, (code, took, proc.log)
+    assert "still running" not in proc.log and "Traceback" not in proc.log, proc.log

@@ -20,10 +20,12 @@ rather than per scrape.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from otel_gpu._files import read_sysfs
+from otel_gpu._files import FileError, read_attribute
+from otel_gpu._log import LogLimiter
 from otel_gpu.attribute.k8s.device_ids import (
     DeviceRef,
     DeviceResolver,
@@ -41,6 +43,8 @@ from otel_gpu.snapshot import (
     ResourceSummary,
     UnresolvedId,
 )
+
+log = logging.getLogger(__name__)
 
 PodUids = Callable[[str, str], "str | None"]
 """(namespace, pod name) -> the pod's UID, where the node's files say it."""
@@ -104,16 +108,24 @@ def parse_cpulist(text: str) -> frozenset[int] | None:
     return frozenset(cpus)
 
 
-def _read(path: Path) -> str | None:
+UNUSABLE_EVERY_S = 3600.0
+"""A sysfs file that exists but cannot be read is named once an hour at most."""
+_unusable = LogLimiter(log, UNUSABLE_EVERY_S)
+
+
+def _read(path: Path, consequence: str) -> str | None:
+    """The file's text; ``None`` when it is missing, or when it cannot be used (a FIFO, a
+    device, too large, unreadable), which one warning line names with what it costs."""
     try:
-        with open(path, encoding="ascii", errors="replace") as f:
-            return f.read(1 << 16)
-    except OSError:
+        return read_attribute(path)
+    except FileError as exc:
+        _unusable.log(str(path), logging.WARNING, "%s; %s", exc, consequence)
         return None
 
 
 class _Sysfs:
-    """Per-call memo of the few sysfs files attribution reads."""
+    """Per-call memo of the few sysfs files attribution reads, through the bounded,
+    non-blocking reader: a FIFO or a device where an attribute should be never blocks."""
 
     def __init__(self, root: Path) -> None:
         self._root = Path(root)
@@ -125,7 +137,8 @@ class _Sysfs:
         if bdf is None:
             return None
         if bdf not in self._pci:
-            text = read_sysfs(self._root / "sys" / "bus" / "pci" / "devices" / bdf / "numa_node")
+            text = _read(self._root / "sys" / "bus" / "pci" / "devices" / bdf / "numa_node",
+                         f"the NUMA node of GPU {bus_id} is not known from sysfs")
             try:
                 node = int(text.strip()) if text is not None else -1
             except ValueError:
@@ -136,7 +149,8 @@ class _Sysfs:
     def node_cpus(self, node: int) -> frozenset[int] | None:
         if node not in self._nodes:
             node_dir = self._root / "sys" / "devices" / "system" / "node" / f"node{node}"
-            text = _read(node_dir / "cpulist")
+            text = _read(node_dir / "cpulist", f"the NUMA alignment of containers with GPUs "
+                         f"on NUMA node {node} is not reported")
             self._nodes[node] = parse_cpulist(text) if text is not None else None
         return self._nodes[node]
 

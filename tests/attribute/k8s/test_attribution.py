@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -352,6 +354,42 @@ def test_numa_alignment(tmp_path, node_devices) -> None:
 def test_numa_alignment_skipped_without_sysfs(tmp_path, node_devices) -> None:
     st = state_of(pod("a", container("main", devices(GPU, GPU0), cpu_ids=[0, 1])))
     assert attribute(node_devices, st, tmp_path).numa_alignment() == ()
+
+
+def _within(seconds: float, call, *, unblock: Path):
+    """``call()`` on a daemon thread, failing after ``seconds``; a reader still blocked on the
+    FIFO ``unblock`` is then let go (a writer opens and closes it), so a failure never hangs."""
+    done: list = []
+    thread = threading.Thread(target=lambda: done.append(call()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        os.close(os.open(unblock, os.O_RDWR | os.O_NONBLOCK))
+        thread.join(seconds)
+        pytest.fail(f"still reading {unblock} after {seconds} s")
+    return done[0]
+
+
+@pytest.mark.parametrize("where", ["cpulist", "numa_node"])
+def test_a_fifo_in_sysfs_is_named_once_and_never_blocks(tmp_path, node_devices, caplog,
+                                                       where) -> None:
+    """A FIFO where an attribute should be (nobody ever writes to it) costs what that file
+    says, once named, and never the attribution: a plain open() would block for ever."""
+    root = fake_sysfs(tmp_path, {"0000:3b:00.0": "0"}, {0: "0-3"})
+    fifo = (root / "sys" / "devices" / "system" / "node" / "node0" / "cpulist"
+            if where == "cpulist" else root / "sys" / "bus" / "pci" / "devices" / "0000:3b:00.0"
+            / "numa_node")
+    fifo.unlink()
+    os.mkfifo(fifo)
+    st = state_of(pod("a", container("main", devices(GPU, GPU0), cpu_ids=[0, 1])))
+    for _ in range(3):  # one line, however often the kubelet answers
+        att = _within(5.0, lambda: attribute(node_devices, st, root), unblock=fifo)
+        assert att.exclusive_owner(GPU0) == h("a")
+        assert att.numa_alignment() == ()
+    named = [r for r in caplog.records if str(fifo) in r.getMessage()]
+    assert len(named) == 1, caplog.text
+    assert named[0].levelname == "WARNING"
+    assert "not a regular file (a FIFO)" in named[0].getMessage()
 
 
 # --------------------------------------------------------------------------- end to end
