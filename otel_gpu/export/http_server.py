@@ -38,6 +38,7 @@ import traceback
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
+from otel_gpu._files import read_sysfs
 from otel_gpu._log import LogLimiter
 
 log = logging.getLogger(__name__)
@@ -64,10 +65,9 @@ SOMAXCONN_PATH = "/proc/sys/net/core/somaxconn"
 
 def listen_backlog(path: str = SOMAXCONN_PATH) -> int:
     """The system's largest listen backlog: ``net.core.somaxconn``, else ``socket.SOMAXCONN``."""
-    try:
-        with open(path, encoding="ascii") as f:
-            value = int(f.read().strip())
-    except (OSError, ValueError):
+    try:  # a procfs file, read as every file is: bounded and non-blocking
+        value = int(read_sysfs(path) or "")
+    except ValueError:
         return socket.SOMAXCONN
     return value if value > 0 else socket.SOMAXCONN
 
