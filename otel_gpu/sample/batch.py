@@ -89,9 +89,9 @@ class FieldReads:
             requests = self._requests(t, wanted, links)
             if check:
                 requests += [(NVLINK_STATE, link) for link in range(t.links.link_count)]
-            worker.current = "field values"
-            res = self._nvml.call(m.nvmlDeviceGetFieldValues, t.handle,
-                                  [(src.field_id, scope) for src, scope in requests])
+            with worker.doing("field values"):
+                res = self._nvml.call(m.nvmlDeviceGetFieldValues, t.handle,
+                                      [(src.field_id, scope) for src, scope in requests])
             newer = [src.key for src in wanted if src.fallback is not None]
             if res.ok or res.outcome is not Outcome.UNSUPPORTED or not (newer or check):
                 break
@@ -233,8 +233,8 @@ class FieldReads:
         """The device's active NVLink links, one call per link (none: no NVLink values)."""
         if not self.nvlink or NVLINK_STATES.name in t.reads.unsupported:
             return (), None
-        worker.current = NVLINK_STATES.name
-        res = self._nvml.call(NVLINK_STATES.read, self._m, t.handle)
+        with worker.doing(NVLINK_STATES.name):
+            res = self._nvml.call(NVLINK_STATES.read, self._m, t.handle)
         if not res.ok:
             return (), self._outcomes.act(t, NVLINK_STATES.name, res, unsupported)
         answer = dict(res.value)

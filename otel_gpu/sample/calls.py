@@ -69,8 +69,8 @@ class CallReads:
                     and seq - kept[1] < self._refresh_every):
                 values.update(kept[2])  # what it depends on has not moved: nor has it
                 continue
-            worker.current = reader.name
-            res = self._nvml.call(reader.read, self._m, t.handle)
+            with worker.doing(reader.name):
+                res = self._nvml.call(reader.read, self._m, t.handle)
             if res.ok:
                 try:
                     answer = _answer(res.value)

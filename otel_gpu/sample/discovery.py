@@ -66,8 +66,8 @@ class Discovery:
 
     def _get(self, worker: DeviceWorker, func: Callable[..., Any], *args: Any) -> Any:
         """A discovery read whose failure just leaves the attribute unknown."""
-        worker.current = getattr(func, "__name__", "discovery")
-        res = self._nvml.call(func, *args)
+        with worker.doing(getattr(func, "__name__", "discovery")):
+            res = self._nvml.call(func, *args)
         return res.value if res.ok else None
 
     def driver_version(self) -> str | None:
@@ -81,8 +81,8 @@ class Discovery:
         """GPU ``index``: a GPU seen before (its UUID in ``known``) keeps its identity, only a
         new one is described; ``register(uuid, handle)`` makes its XID registration if due."""
         m = self._m
-        worker.current = "nvmlDeviceGetHandleByIndex"
-        res = self._nvml.call(m.nvmlDeviceGetHandleByIndex, index)
+        with worker.doing("nvmlDeviceGetHandleByIndex"):
+            res = self._nvml.call(m.nvmlDeviceGetHandleByIndex, index)
         uuid = self._get(worker, m.nvmlDeviceGetUUID, res.value) if res.ok else None
         if uuid is None:
             return Found(index, why=res.message or "no UUID")
@@ -90,18 +90,16 @@ class Discovery:
         device = None if uuid in known else self._describe(index, handle, uuid, worker)
         name = device.name if device is not None else ""
         mig = self._mig(handle, name, worker)
-        worker.current = "nvmlDeviceRegisterEvents"
-        registration = register(uuid, handle)
-        worker.current = ""
+        with worker.doing("nvmlDeviceRegisterEvents"):
+            registration = register(uuid, handle)
         return Found(index, handle, uuid, device=device, mig=mig, registration=registration)
 
     def reopenable(self, index: int, worker: DeviceWorker) -> bool:
         """Whether a GPU that could not be opened now can: two calls."""
         m = self._m
-        worker.current = "nvmlDeviceGetHandleByIndex"
-        res = self._nvml.call(m.nvmlDeviceGetHandleByIndex, index)
+        with worker.doing("nvmlDeviceGetHandleByIndex"):
+            res = self._nvml.call(m.nvmlDeviceGetHandleByIndex, index)
         ok = res.ok and self._get(worker, m.nvmlDeviceGetUUID, res.value) is not None
-        worker.current = ""
         return ok
 
     def _describe(self, index: int, handle: Any, uuid: str, worker: DeviceWorker) -> Device:
@@ -130,15 +128,15 @@ class Discovery:
         (``assemble`` fills that in): a placeholder parent of the right name."""
         m = self._m
         get = self._get
-        worker.current = "nvmlDeviceGetMigMode"
-        mode = self._nvml.call(m.nvmlDeviceGetMigMode, handle)
+        with worker.doing("nvmlDeviceGetMigMode"):
+            mode = self._nvml.call(m.nvmlDeviceGetMigMode, handle)
         if not mode.ok or mode.value[0] != m.NVML_DEVICE_MIG_ENABLE:
             return ()
         slots = get(worker, m.nvmlDeviceGetMaxMigDeviceCount, handle) or 0
         out = []
         for slot in range(slots):
-            worker.current = "nvmlDeviceGetMigDeviceHandleByIndex"
-            res = self._nvml.call(m.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot)
+            with worker.doing("nvmlDeviceGetMigDeviceHandleByIndex"):
+                res = self._nvml.call(m.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot)
             if not res.ok:
                 continue  # empty slot
             uuid = get(worker, m.nvmlDeviceGetUUID, res.value)

@@ -165,14 +165,16 @@ class GpmCollector:
             if t.device.gpu_instance_id is None:
                 self._unavailable(state, "its GPU instance id is unknown")
                 return
-            worker.current = "nvmlGpmMigSampleGet"
-            res = self._nvml.call(m.nvmlGpmMigSampleGet, gpu.handle, t.device.gpu_instance_id,
-                                  buffer)
+            what = "nvmlGpmMigSampleGet"
+            with worker.doing(what):
+                res = self._nvml.call(m.nvmlGpmMigSampleGet, gpu.handle,
+                                      t.device.gpu_instance_id, buffer)
         else:
-            worker.current = "nvmlGpmSampleGet"
-            res = self._nvml.call(m.nvmlGpmSampleGet, t.handle, buffer)
+            what = "nvmlGpmSampleGet"
+            with worker.doing(what):
+                res = self._nvml.call(m.nvmlGpmSampleGet, t.handle, buffer)
         if not res.ok:
-            self._failed(t, worker.current, res)
+            self._failed(t, what, res)
             return
         state.busy = None
         previous, state.previous = state.previous, buffer
@@ -180,8 +182,8 @@ class GpmCollector:
             self._metrics(t, previous, buffer, values, unsupported, worker)
 
     def _query(self, t: Tracked, worker: DeviceWorker) -> None:
-        worker.current = "nvmlGpmQueryDeviceSupport"
-        res = self._nvml.call(self._m.nvmlGpmQueryDeviceSupport, t.handle)
+        with worker.doing("nvmlGpmQueryDeviceSupport"):
+            res = self._nvml.call(self._m.nvmlGpmQueryDeviceSupport, t.handle)
         if res.ok:
             t.gpm.supported = bool(res.value.isSupportedDevice)
             if not t.gpm.supported:
@@ -222,8 +224,8 @@ class GpmCollector:
         request.sample2 = second
         for i, metric in enumerate(wanted):
             request.metrics[i].metricId = metric
-        worker.current = "nvmlGpmMetricsGet"
-        res = self._nvml.call(m.nvmlGpmMetricsGet, request)
+        with worker.doing("nvmlGpmMetricsGet"):
+            res = self._nvml.call(m.nvmlGpmMetricsGet, request)
         if not res.ok:
             self._failed(t, "nvmlGpmMetricsGet", res)
             return

@@ -45,8 +45,8 @@ class ProcessReads:
         procs.processes, procs.utilization = None, False
         if COMPUTE_PROCESSES.name in t.reads.unsupported:
             return None
-        worker.current = "compute processes"
-        res = self._nvml.call(self._m.nvmlDeviceGetComputeRunningProcesses, t.handle)
+        with worker.doing("compute processes"):
+            res = self._nvml.call(self._m.nvmlDeviceGetComputeRunningProcesses, t.handle)
         if not res.ok:
             return self._outcomes.act(t, COMPUTE_PROCESSES.name, res, unsupported)
         values[PROCESSES.key] = len(res.value)
@@ -85,8 +85,8 @@ class ProcessReads:
             func = getattr(m, what, None)
             if func is None or what in t.reads.unsupported:
                 continue
-            worker.current = what
-            res = self._nvml.call(func, t.handle, t.procs.seen)
+            with worker.doing(what):
+                res = self._nvml.call(func, t.handle, t.procs.seen)
             if res.code == getattr(m, "NVML_ERROR_NOT_FOUND", None):
                 return {}, None  # no process was busy since the last read
             if not res.ok:

@@ -205,9 +205,7 @@ class Sampler:
             self._sleep(left)
 
     def _prime_group(self, group: list[Tracked], worker: DeviceWorker) -> bool:
-        taken = [self._gpm.prime(t, worker) for t in group]
-        worker.current = ""
-        return any(taken)
+        return any([self._gpm.prime(t, worker) for t in group])
 
     def _hung(self, t: Tracked, worker: DeviceWorker, now: float, problems: list[str]
               ) -> DeviceSample:
@@ -280,4 +278,3 @@ class Sampler:
         reads.state = state_of(failure, values)
         reads.values = MappingProxyType(values)
         reads.read_at = self._clock()
-        worker.current = ""

@@ -16,11 +16,12 @@ more CPU than many of the reads.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from typing import Any, TypeVar
 
@@ -62,11 +63,21 @@ class Job:
 
 class DeviceWorker:
     """One GPU's place in the pool: its latest job, and the NVML call the job is in
-    (``current``, set by the job itself, so a hung GPU is reported with its call)."""
+    (``current``, named by the job with :meth:`doing`, so a hung GPU is reported with
+    its call)."""
 
     def __init__(self) -> None:
         self.job: Job | None = None
         self.current: str = ""
+
+    @contextlib.contextmanager
+    def doing(self, what: str) -> Iterator[None]:
+        """``current`` is ``what`` for the block: a call that never returns keeps it so."""
+        self.current = what
+        try:
+            yield
+        finally:
+            self.current = ""
 
     @property
     def busy(self) -> bool:

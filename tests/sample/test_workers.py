@@ -25,8 +25,8 @@ def _readers(before: set[threading.Thread] = frozenset()) -> set[threading.Threa
 def _job(result: str, release: threading.Event | None = None):
     def run(worker):
         if release is not None:
-            worker.current = "nvmlDeviceGetTemperature"
-            release.wait(30)
+            with worker.doing("nvmlDeviceGetTemperature"):
+                release.wait(30)
         return result
     return run
 
