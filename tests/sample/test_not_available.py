@@ -72,7 +72,7 @@ def test_values_outside_physics_are_absent_and_wide_counters_are_kept(fake_nvml)
     sampler = _sampler(fake_nvml, _h100(
         temperature=250, power=12_000_000, utilization={"gpu": 150, "memory": 5},
         clocks={"graphics": 12_000, "sm": 1755, "memory": 2619, "video": 1530},
-        fan_speed=101,
+        fan_speed=201,
         fields={"TOTAL_ENERGY_CONSUMPTION": 5_000_000_000_000, "MEMORY_TEMP": 36,
                 "ECC_SBE_VOL_TOTAL": 2**40}))
     values = sampler.sample().devices[0].values
@@ -84,7 +84,7 @@ def test_values_outside_physics_are_absent_and_wide_counters_are_kept(fake_nvml)
 
 
 def test_the_bound_is_on_the_source():
-    temp = Source("t", "doc", "Cel", field_id=1)
+    temp = Source("t", "doc", "Cel", field_id=1, maximum=150)
     assert temp.accepts(36) and not temp.accepts(200.5) and not temp.accepts(math.nan)
     counter = Source("c", "doc", "{replay}", field_id=1)
     assert counter.accepts(2**32 - 2) and not counter.accepts(2**32 - 1)
