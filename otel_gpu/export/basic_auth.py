@@ -110,7 +110,6 @@ class BasicAuth:
                 self._good.popitem(last=False)
         return True
 
-
     def _checkpw(self, secret: bytes, target: bytes) -> bool:
         """One bcrypt check in a slot (:class:`AuthBusy` when none frees in time); a check
         against the costliest cost is timed for :meth:`_pad_miss`."""

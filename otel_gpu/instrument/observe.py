@@ -82,8 +82,6 @@ def devices(snapshot: Snapshot, now: float) -> Iterable[Observation]:
         yield float(count), {HW_STATE: state}
 
 
-
-
 def allocations(snapshot: Snapshot, now: float) -> Iterable[Observation]:
     for row in snapshot.allocations():
         attrs = {HW_ID: row.uuid, **pod_labels(row.ref), K8S_RESOURCE: row.resource_name}
@@ -142,10 +140,6 @@ def unresolved_ids(snapshot: Snapshot, now: float) -> Iterable[Observation]:
         yield float(len(snapshot.pods.attribution.unresolved)), {}
 
 
-
-
-
-
 def usage(field: str) -> Callable[[Snapshot, float], Iterable[Observation]]:
     def observe(snapshot: Snapshot, now: float) -> Iterable[Observation]:
         for row in snapshot.usage():
@@ -165,8 +159,6 @@ def usage_metric(name: str, kind: Kind, unit: str, description: str, field: str,
         attributes=USAGE_ATTRIBUTES,
         source_doc=source,
     )
-
-
 
 
 def energy(snapshot: Snapshot, now: float) -> Iterable[Observation]:

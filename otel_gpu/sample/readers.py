@@ -38,8 +38,6 @@ class Reader:
         return f"Reader({self.name!r})"
 
 
-
-
 # --- readers: one NVML call each ------------------------------------------------
 
 
