@@ -116,12 +116,12 @@ CORE_CLOCK_MHZ = 6_000.0
 """Graphics, SM and video clocks: twice the fastest shipping GPU clock (about 3 GHz)."""
 MEMORY_CLOCK_MHZ = 30_000.0
 """Memory clocks, which GDDR reports at half its data rate: twice a locked RTX 5090's
-15,001 MHz, above GDDR7's roadmap (48 Gb/s per pin: 24,000 MHz)."""
+15,001 MHz, and above the 24,000 MHz that GDDR7 at 48 Gb/s per pin would read."""
 TEMPERATURE_CEL = 150.0
 """Die and memory temperatures: GPUs shut down near 100 C; a sensor past 150 C is broken."""
 POWER_MW = 10_000_000.0
-"""Power and power limits (10 kW): twice a whole four-GPU GB200 NVL4 board (5.4 kW), had a
-driver reported the module instead of the GPU; a B300 GPU draws 1.4 kW."""
+"""Power and power limits (10 kW): 1.9 times a whole four-GPU GB200 NVL4 board (5.4 kW),
+were a driver to report the module instead of the GPU; a GB300 GPU draws 1.4 kW."""
 ENERGY_MJ = float(2**53)
 """The energy counter since the driver loaded: 10 kW for 28 years (and exact in a double)."""
 MEMORY_BYTES = float(2**41)
