@@ -40,8 +40,8 @@ def measure(node_name: str, rounds: int) -> dict[str, list[float]]:
     from otel_gpu.sample.workers import DeviceWorker, Workers
 
     class Inline(Workers):
-        def run(self, jobs: Mapping[int, Callable[[DeviceWorker], Any]],
-                timeout: float) -> dict[int, Any]:
+        def run(self, jobs: Mapping[int, Callable[[DeviceWorker], Any]], timeout: float,
+                errors: dict[int, BaseException] | None = None) -> dict[int, Any]:
             return {index: job(self.get(index)) for index, job in jobs.items()}
 
     node = NODES[node_name]

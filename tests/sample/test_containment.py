@@ -18,7 +18,7 @@ from otel_gpu.sample import containment
 from otel_gpu.sample.library import Nvml, Outcome
 from otel_gpu.sample.sampler import Sampler
 from otel_gpu.sample.workers import Workers
-from otel_gpu.sim.driver._core import c_symbol
+from tests.support.drivers import SuccessWithoutBuffer, TemperatureRaises
 from tests.support.nvml import SOURCES
 
 TWO_GPUS = """\
@@ -34,32 +34,6 @@ devices:
     processes:
       - {pid: 202, used_memory: 2000, sm: 40}
 """
-
-
-class SuccessWithoutBuffer(sim.FakeNvml):
-    """Answers the per-process utilization size queries with SUCCESS and no count, as
-    NVIDIA's mock libnvidia-ml does."""
-
-    @c_symbol
-    def nvmlDeviceGetProcessUtilization(self, handle: Any, samples: Any, count: Any,
-                                        stamp: Any) -> None:
-        self.check_device("nvmlDeviceGetProcessUtilization", handle)
-
-    @c_symbol
-    def nvmlDeviceGetProcessesUtilizationInfo(self, handle: Any, info: Any) -> None:
-        self.check_device("nvmlDeviceGetProcessesUtilizationInfo", handle)
-
-
-class TemperatureRaises(sim.FakeNvml):
-    """The temperature call raises on GPU 1 what no return code explains (as a malformed
-    answer makes pynvml or ctypes raise)."""
-
-    @c_symbol
-    def nvmlDeviceGetTemperatureV(self, handle: Any, reading: Any) -> Any:
-        target, _ = self.check_device("nvmlDeviceGetTemperatureV", handle)
-        if target.gpu.index == 1:
-            raise ZeroDivisionError("what a malformed answer makes of a reader")
-        return super().nvmlDeviceGetTemperatureV(handle, reading)
 
 
 @pytest.fixture
@@ -150,10 +124,6 @@ def test_every_reader_is_counted_from_zero(sampler):
         assert name in counts
 
 
-class _Boom(Exception):
-    pass
-
-
 @pytest.mark.reader_failures
 def test_a_read_job_that_raises_costs_that_gpu_alone(sampler, monkeypatch):
     s = sampler(TWO_GPUS, sim.FakeNvml)
@@ -162,7 +132,7 @@ def test_a_read_job_that_raises_costs_that_gpu_alone(sampler, monkeypatch):
 
     def read(self: Sampler, t: Any, worker: Any) -> None:
         if t.device.index == 1:
-            raise _Boom("the bookkeeping itself")
+            raise LookupError("the bookkeeping itself")
         real(self, t, worker)
 
     monkeypatch.setattr(Sampler, "_read", read)
@@ -177,13 +147,13 @@ def test_workers_raise_a_job_error_without_an_errors_mapping():
     workers = Workers(clock=lambda: 0.0)
 
     def job(worker: Any) -> None:
-        raise _Boom("x")
+        raise LookupError("x")
 
     try:
-        with pytest.raises(_Boom):
+        with pytest.raises(LookupError):
             workers.run({0: job}, 1.0)
         errors: dict[int, BaseException] = {}
         assert workers.run({0: job, 1: lambda w: 7}, 1.0, errors) == {1: 7}
-        assert isinstance(errors[0], _Boom)
+        assert isinstance(errors[0], LookupError)
     finally:
         workers.close()

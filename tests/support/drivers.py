@@ -165,3 +165,32 @@ class TimedGpm(FakeNvml):
     def nvmlGpmSampleGet(self, handle: Any, sample: Any) -> None:
         self.clock[0] += self.step
         super().nvmlGpmSampleGet(handle, sample)
+
+
+# --- answers no return code explains ---------------------------------------------------------
+
+
+class SuccessWithoutBuffer(FakeNvml):
+    """Answers the per-process utilization size queries with SUCCESS and no count, as
+    NVIDIA's mock libnvidia-ml does."""
+
+    @c_symbol
+    def nvmlDeviceGetProcessUtilization(self, handle: Any, samples: Any, count: Any,
+                                        stamp: Any) -> None:
+        self.check_device("nvmlDeviceGetProcessUtilization", handle)
+
+    @c_symbol
+    def nvmlDeviceGetProcessesUtilizationInfo(self, handle: Any, info: Any) -> None:
+        self.check_device("nvmlDeviceGetProcessesUtilizationInfo", handle)
+
+
+class TemperatureRaises(FakeNvml):
+    """The temperature call raises on GPU 1 what no return code explains (as a malformed
+    answer makes pynvml or ctypes raise)."""
+
+    @c_symbol
+    def nvmlDeviceGetTemperatureV(self, handle: Any, reading: Any) -> Any:
+        target, _ = self.check_device("nvmlDeviceGetTemperatureV", handle)
+        if target.gpu.index == 1:
+            raise ZeroDivisionError("what a malformed answer makes of a reader")
+        return super().nvmlDeviceGetTemperatureV(handle, reading)
