@@ -8,6 +8,7 @@ configuration, or NVML unavailable; 141 the reader of the output went away
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import gc
 import logging
@@ -16,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from otel_gpu import __version__
@@ -47,6 +48,67 @@ class _Parser(argparse.ArgumentParser):
 def _die(message: str) -> NoReturn:
     print(f"otel-gpu: error: {message}", file=sys.stderr)
     raise SystemExit(EXIT_USAGE)
+
+
+class _HeldBack(logging.Filter):
+    """Holds a handler's lines below WARNING back while the collector starts: a start that
+    fails prints its one error line alone, and one that succeeds prints them all, in order.
+    Warnings pass at once (they may say why the start fails)."""
+
+    def __init__(self, handler: logging.Handler) -> None:
+        super().__init__()
+        self.handler = handler
+        self._lock = threading.RLock()  # re-entrant: a signal handler may log meanwhile
+        self._held: list[logging.LogRecord] | None = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            return True
+        with self._lock:
+            if self._held is None:
+                return True
+            self._held.append(record)
+            return False
+
+    def release(self, *, emit: bool) -> None:
+        """Print what was held (``emit``) or drop it; later lines pass at once."""
+        with self._lock:  # another thread's line waits until the held ones are out
+            held, self._held = self._held or [], None
+            for record in held if emit else ():
+                self.handler.acquire()
+                try:  # the handler's other filters passed it already
+                    self.handler.emit(record)
+                finally:
+                    self.handler.release()
+        self.handler.removeFilter(self)
+
+
+class _Starting:
+    """The start-up's INFO lines, held back on every handler until :meth:`started`."""
+
+    def __init__(self) -> None:
+        self._holds = [_HeldBack(h) for h in logging.getLogger().handlers]
+        for hold in self._holds:
+            hold.handler.addFilter(hold)
+
+    def started(self) -> None:
+        for hold in self._holds:
+            hold.release(emit=True)
+
+    def failed(self) -> None:
+        for hold in self._holds:
+            hold.release(emit=False)
+
+
+@contextlib.contextmanager
+def _starting() -> Iterator[_Starting]:
+    """Holds the INFO lines back until ``started()``; a start that fails before (an exit
+    with its error line) drops them."""
+    starting = _Starting()
+    try:
+        yield starting
+    finally:
+        starting.failed()  # nothing left to drop once started
 
 
 def help_text(option: Option) -> str:
@@ -154,24 +216,26 @@ def serve(config: Config) -> int:
         _check_files(config)
     finally:
         logging.disable(logging.NOTSET)
-    nvml = _open_nvml(config)
-    try:
-        service = Service(config, nvml)
-    except SetupError as exc:
-        _die(str(exc))
-    except OSError as exc:
-        host, port = config.listen
-        _die(f"listen {host}:{port}: {exc.strerror or exc}")
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
         log.info("received %s, stopping", signal.Signals(signum).name)
         stop.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)  # a closed terminal or a HUP: stop, export once more
-    service.start()
+    with _starting() as starting:  # its INFO lines once the listeners are up, or never
+        nvml = _open_nvml(config)
+        try:
+            service = Service(config, nvml)
+        except SetupError as exc:
+            _die(str(exc))
+        except OSError as exc:
+            host, port = config.listen
+            _die(f"listen {host}:{port}: {exc.strerror or exc}")
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGHUP, on_signal)  # a closed terminal or a HUP: stop, export
+        service.start()
+        starting.started()
     deadline = time.monotonic() + FIRST_SAMPLE_WAIT_S
     while (not stop.is_set() and time.monotonic() < deadline
            and service.pipeline.store.wait_for(1, timeout=0.1) is None):
@@ -196,7 +260,10 @@ def check(config: Config) -> int:
     from otel_gpu.instrument.catalog import CATALOG, device_observations
     from otel_gpu.wiring import sample_once
 
-    snapshot = sample_once(config, _open_nvml(config))
+    with _starting() as starting:  # a driver that cannot load: its error line alone
+        nvml = _open_nvml(config)
+        starting.started()
+    snapshot = sample_once(config, nvml)
     print(f"driver {snapshot.driver_version or 'unknown'}; "
           f"{len(snapshot.devices)} device(s); sample took {snapshot.duration * 1000:.0f} ms")
     for note in snapshot.notes:

@@ -198,3 +198,53 @@ def test_a_mistyped_variable_is_warned_about_at_start_up(capsys, monkeypatch, ca
     lines = [r.getMessage() for r in caplog.records if "OTEL_GPU_SIMULTE" in r.getMessage()]
     assert lines == ["environment variable OTEL_GPU_SIMULTE is not a setting and is ignored "
                      "(did you mean OTEL_GPU_SIMULATE?)"]
+
+
+@pytest.fixture
+def stderr_log():
+    """The collector's logging set up on a buffer; the handlers put back afterwards."""
+    import io
+    import logging
+
+    from otel_gpu._log import configure
+
+    root = logging.getLogger()
+    before, level = list(root.handlers), logging.getLogger("otel_gpu").level
+    stream = io.StringIO()
+    configure("info", stream=stream)
+    try:
+        yield stream
+    finally:
+        root.handlers[:] = before
+        logging.getLogger("otel_gpu").setLevel(level)
+
+
+def test_a_start_prints_its_info_lines_once_started_in_order(stderr_log):
+    import logging
+
+    log = logging.getLogger("otel_gpu.test")
+    with cli._starting() as starting:
+        log.info("first")
+        log.warning("a warning passes at once")
+        log.info("second")
+        assert "first" not in stderr_log.getvalue()
+        assert "a warning passes at once" in stderr_log.getvalue()
+        starting.started()
+        log.info("third")
+    log.info("fourth")
+    lines = [line.split(": ", 1)[1] for line in stderr_log.getvalue().splitlines()]
+    assert lines == ["a warning passes at once", "first", "second", "third", "fourth"]
+    assert not any(isinstance(f, cli._HeldBack) for h in logging.getLogger().handlers
+                   for f in h.filters)
+
+
+def test_a_failed_start_drops_its_info_lines(stderr_log):
+    import logging
+
+    log = logging.getLogger("otel_gpu.test")
+    with pytest.raises(SystemExit), cli._starting():
+        log.info("simulating NVML with scenario t4")
+        cli._die("listen 8.8.8.8:9400: Cannot assign requested address")
+    log.info("after")
+    assert stderr_log.getvalue().splitlines()[-1].endswith("after")
+    assert "simulating" not in stderr_log.getvalue()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -150,6 +151,46 @@ def test_no_driver_exits_2_with_one_line():
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert "NVML could not be loaded" in lines[0] and "--simulate h100x8" in lines[0]
+
+
+NO_DRIVER = "devices:\n  - name: Tesla T4\nerrors: {nvmlInitWithFlags: DRIVER_NOT_LOADED}\n"
+"""A simulated node whose driver cannot be loaded."""
+
+FAILED_STARTS = {
+    "bad-listen-simulated": (("serve", "--simulate", "t4", "--listen=8.8.8.8:9400"),
+                             "listen 8.8.8.8:9400: "),
+    "bad-listen-simulated-process-usage": (
+        ("serve", "--simulate", "t4", "--listen=8.8.8.8:9400", "--process-usage", "true",
+         "--pod-attribution", "false"), "listen 8.8.8.8:9400: "),
+    "health-in-use-simulated": (("serve", "--simulate", "t4", "--listen", "127.0.0.1:0",
+                                 "--health-listen", "127.0.0.1:{busy}"), "health_listen "),
+    "no-driver-simulated": (("serve", "--simulate", "{d}/no-driver.yaml",
+                             "--listen", "127.0.0.1:0"), "NVML could not be loaded"),
+    "no-driver-simulated-check": (("check", "--simulate", "{d}/no-driver.yaml"),
+                                  "NVML could not be loaded"),
+    # without --simulate: the driver's error where there is none, else the listener's
+    "bad-listen": (("serve", "--listen=8.8.8.8:9400"), ""),
+    "health-in-use": (("serve", "--listen", "127.0.0.1:0", "--health-listen",
+                       "127.0.0.1:{busy}"), ""),
+}
+"""A start that fails: its arguments, and what its one line says."""
+
+
+@pytest.mark.parametrize(("args", "needle"), FAILED_STARTS.values(), ids=FAILED_STARTS.keys())
+def test_a_failed_start_prints_its_error_line_alone(tmp_path, args, needle):
+    """No INFO line of the start-up (the scenario simulated, the process usage read) comes
+    before a start that fails: its error is the one line."""
+    (tmp_path / "no-driver.yaml").write_text(NO_DRIVER)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        argv = [a.format(d=tmp_path, busy=port) for a in args]
+        code, out, err = run_cli(*argv, "--log-level", "info")
+    lines = err.splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith("otel-gpu: error: ") and needle in lines[0], err
+    assert out == ""
 
 
 @pytest.mark.parametrize(
