@@ -32,7 +32,9 @@ be allowed to name the new symbol, load it with the subclass's symbols:
 
 from __future__ import annotations
 
-from otel_gpu.sim.driver._core import DriverCore, Fail, c_symbol, deref
+from typing import Any
+
+from otel_gpu.sim.driver._core import DriverCore, Fail, Shape, c_symbol, deref
 from otel_gpu.sim.driver.ecc import EccSymbols
 from otel_gpu.sim.driver.events import EventSymbols
 from otel_gpu.sim.driver.fields import FieldSymbols
@@ -44,6 +46,7 @@ from otel_gpu.sim.driver.pcie import PcieSymbols
 from otel_gpu.sim.driver.power import PowerSymbols
 from otel_gpu.sim.driver.processes import ProcessSymbols
 from otel_gpu.sim.driver.readings import ReadingSymbols
+from otel_gpu.sim.driver.shapes import Hang, parse_shape
 from otel_gpu.sim.driver.system import SystemSymbols
 
 __all__ = ["DriverCore", "Fail", "FakeNvml", "c_symbol", "deref"]
@@ -67,5 +70,27 @@ class FakeNvml(
 
     ``FakeNvml(scenario, sleep=...)``: ``sleep`` is what ``slow`` faults and
     event-set waits block through; tests pass a recorder so nothing really
-    sleeps. ``calls`` counts calls per symbol, ``sample`` the samples so far.
+    sleeps. ``calls`` counts calls per symbol, ``sample`` the samples so far. The
+    scenario's answer shapes are in place from the start; :meth:`answer_shape` adds more.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._hangs: list[Hang] = []
+        super().__init__(*args, **kwargs)
+        for spec in self.scenario.shapes:
+            self.answer_shape(spec.function, parse_shape(spec.shape), after=spec.after)
+        for gpu in self.scenario.devices:
+            for spec in gpu.shapes:
+                self.answer_shape(spec.function, parse_shape(spec.shape), gpu=gpu.index,
+                                  after=spec.after)
+
+    def answer_shape(self, symbol: str, shape: Shape, *, gpu: int | None = None,
+                     after: int = 0) -> None:
+        super().answer_shape(symbol, shape, gpu=gpu, after=after)
+        if isinstance(shape, Hang):
+            self._hangs.append(shape)
+
+    def release_hangs(self) -> None:
+        """Let every call blocked in a ``hang`` shape return (and later ones not block)."""
+        for hang in self._hangs:
+            hang.release()

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 import pynvml
 
@@ -90,7 +90,21 @@ class Symbol:
         self.argtypes: Any = None
 
     def __call__(self, *args: Any) -> Any:
-        self._fake._count(self.__name__)
+        fake = self._fake
+        fake._count(self.__name__)
+        if fake.record_signatures is not None and self.__name__ not in fake.record_signatures:
+            fake.record_signatures[self.__name__] = args
+        shape = fake.shape_for(self.__name__, args)
+        if shape is not None:
+            return shape.answer(self, args)
+        return self.answer(*args)
+
+    @property
+    def sample(self) -> int:
+        return self._fake.sample
+
+    def answer(self, *args: Any) -> Any:
+        """What the symbol answers from its scenario (an answer shape may call it too)."""
         try:
             result = self._impl(*args)
         except Fail as fail:
@@ -104,6 +118,12 @@ class Symbol:
 
     def __repr__(self) -> str:
         return f"<fake NVML symbol {self.__name__}>"
+
+
+class Shape(Protocol):
+    """An answer shape (see ``shapes``): answers one call of ``symbol`` with ``args``."""
+
+    def answer(self, symbol: Symbol, args: tuple[Any, ...]) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -184,6 +204,10 @@ class DriverCore:
             for m in gpu.mig:
                 self._targets[mig_token(gpu.index, m.slot)] = Target(gpu, m)
                 self._by_uuid[m.uuid] = mig_token(gpu.index, m.slot)
+        self._shapes: dict[str, list[tuple[int | None, int, Shape]]] = {}
+        self.record_signatures: dict[str, tuple[Any, ...]] | None = None
+        """Set to a dict to record the arguments of each symbol's first call, by symbol
+        (``shapes.Signature.of`` tells what they hold)."""
         self._mig_symbols = self.mig_symbols()
         for name in self.c_symbols():
             setattr(self, name, Symbol(self, name, getattr(self, name)))
@@ -222,6 +246,51 @@ class DriverCore:
             self.calls[name] += 1
             if name == "nvmlDeviceGetCount_v2":
                 self._sample += 1
+
+    # --- answer shapes ------------------------------------------------------------------
+
+    def answer_shape(self, symbol: str, shape: Shape, *, gpu: int | None = None,
+                     after: int = 0) -> None:
+        """Make ``symbol`` answer ``shape`` from sample ``after`` + 1 on: on GPU ``gpu``
+        and its MIG instances (the calls :meth:`gpu_of` places there), or every call."""
+        if symbol not in self.c_symbols():
+            raise ValueError(f"unknown NVML function {symbol!r}")
+        self._shapes.setdefault(symbol, []).append((gpu, after, shape))
+
+    def clear_shapes(self) -> None:
+        self._shapes.clear()
+
+    def shape_for(self, symbol: str, args: tuple[Any, ...]) -> Shape | None:
+        """The answer shape this call of ``symbol`` gets, if any."""
+        entries = self._shapes.get(symbol)
+        if not entries:
+            return None
+        sample, gpu = self.sample, None
+        if any(g is not None for g, _, _ in entries):
+            gpu = self.gpu_of(symbol, args)
+        for want, after, shape in entries:
+            if (want is None or want == gpu) and sample > after:
+                return shape
+        return None
+
+    def gpu_of(self, symbol: str, args: tuple[Any, ...]) -> int | None:
+        """The index of the GPU a call is about, where the call says (None: no GPU's)."""
+        if not args:
+            return None
+        if symbol == "nvmlDeviceGetHandleByIndex_v2":
+            return arg_int(args[0])
+        if symbol == "nvmlDeviceGetHandleByUUID":
+            raw = getattr(args[0], "value", args[0])
+            token = self._by_uuid.get(raw.decode() if isinstance(raw, bytes) else str(raw))
+        else:
+            token = token_of(args[0]) if not hasattr(args[0], "_obj") else None
+        target = self._targets.get(token or 0)
+        if target is not None:
+            return target.gpu.index
+        index = ((token or 0) >> 8) - 1  # a GPU instance handle (see ``mig``)
+        if token and 0 <= index < len(self.scenario.devices):
+            return index
+        return None
 
     def not_available(self, symbol: str, handle: Any) -> bool:
         """Whether the scenario makes ``symbol`` answer NVML's "not available" value on the

@@ -60,6 +60,15 @@ class GpmSymbols(DriverCore):
         with self._lock:
             return len(self._gpm_buffers)
 
+    def gpu_of(self, symbol: str, args: tuple[Any, ...]) -> int | None:
+        """A metrics query or a freed buffer is about the GPU its (first) buffer was filled on."""
+        if symbol not in ("nvmlGpmMetricsGet", "nvmlGpmSampleFree") or not args:
+            return super().gpu_of(symbol, args)
+        ref = deref(args[0]).sample1 if symbol == "nvmlGpmMetricsGet" else args[0]
+        with self._lock:
+            buffer = self._gpm_buffers.get(token_of(ref) or 0)
+        return buffer.gpu if buffer is not None else None
+
     # --- support and buffers ------------------------------------------------------------
 
     @c_symbol

@@ -3,7 +3,8 @@ power, clocks (current and maximum), clock event reasons and fan speed.
 
 Each answers the scenario's VALUE for the current sample and the GPU's
 position in its ``count`` entry, clamped to the C type's range; an absent key
-answers NOT_SUPPORTED. Only memory answers on a MIG handle (the instance's own).
+answers NOT_SUPPORTED. Only memory answers on a MIG handle (the instance's own). The
+encoder and decoder calls answer the GPU's ``codec_sampling_period`` beside the value.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ import pynvml
 
 from otel_gpu.sim.driver._core import DriverCore, Fail, Target, arg_int, c_symbol, deref
 from otel_gpu.sim.scenario import CLOCKS, U64_MAX, Value
-
-_SAMPLING_PERIOD_US = 167_000
 
 
 class ReadingSymbols(DriverCore):
@@ -58,7 +57,7 @@ class ReadingSymbols(DriverCore):
         target, sample = self.check_device(symbol, handle)
         value = self._uint(target.gpu.utilization.get(key), sample, target.gpu.position)
         deref(util).value = value
-        deref(period).value = _SAMPLING_PERIOD_US
+        deref(period).value = target.gpu.codec_sampling_period
 
     @c_symbol
     def nvmlDeviceGetEncoderUtilization(self, handle: Any, util: Any, period: Any) -> None:

@@ -229,6 +229,16 @@ class Slow:
 
 
 @spec
+class ShapeSpec:
+    """An answer shape (``otel_gpu.sim.driver.shapes``) of ``function``, from sample
+    ``after`` + 1 on."""
+
+    function: str = key("any_function", required=True)
+    shape: str = key("shape", required=True)
+    after: int = key("integer", default=0)
+
+
+@spec
 class Xid:
     sample: int = key("integer", required=True)
     code: int = key("integer", required=True)
@@ -359,6 +369,10 @@ class GpuSpec:
     violations: Mapping[str, Value] = _readings(VIOLATION_POLICIES)
     row_remap_histogram: Mapping[str, Value] = _readings(ROW_REMAP_BUCKETS)
     nvlink: NvLinks | None = key("nvlink", default=None)
+    codec_sampling_period: int = key("integer", default=167_000, maximum=U32_MAX)
+    """Microseconds: what the encoder and decoder utilization calls answer beside the value."""
+    shapes: tuple[ShapeSpec, ...] = key("shapes", default=())
+    """Answer shapes of calls on this GPU and its MIG instances."""
 
     def lost_at(self, sample: int) -> bool:
         return self.lost_after is not None and sample > self.lost_after
@@ -410,3 +424,5 @@ class Scenario:
     """Where it was loaded from: a profile name or the path given."""
     node: NodeSpec | None = key(default=None)
     """The scenario's ``node`` section, if any."""
+    shapes: tuple[ShapeSpec, ...] = key("shapes", default=())
+    """Answer shapes of calls on any GPU, or on none (system calls)."""

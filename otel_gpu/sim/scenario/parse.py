@@ -45,6 +45,7 @@ from otel_gpu.sim.scenario.model import (
     PodSpec,
     Scenario,
     ScenarioError,
+    ShapeSpec,
     Slow,
     Value,
     Xid,
@@ -68,6 +69,8 @@ class Symbols:
     device: frozenset[str]
     mig: frozenset[str]
     system: frozenset[str]
+    any: frozenset[str] = frozenset()
+    """Every symbol the driver answers: what an answer shape may name."""
 
 
 def builtin_profiles() -> list[str]:
@@ -90,6 +93,7 @@ def load_scenario(spec: str, *, device_symbols: Collection[str] | None = None) -
                          else device_symbols),
         mig=FakeNvml.mig_symbols(),
         system=FakeNvml.system_symbols(),
+        any=FakeNvml.c_symbols() | frozenset(() if device_symbols is None else device_symbols),
     )
     spec = str(spec)
     if spec in builtin_profiles():
@@ -146,6 +150,26 @@ class _Parser(Checks):
         if raw not in self.symbols.device:
             self.fail(path, f"unknown NVML device function {show(raw)}")
         return raw
+
+    def any_function(self, path: str, raw: Any) -> str:
+        if raw not in self.symbols.any:
+            self.fail(path, f"unknown NVML function {show(raw)}")
+        return raw
+
+    def shape(self, path: str, raw: Any) -> str:
+        from otel_gpu.sim.driver.shapes import ShapeError, parse_shape
+
+        try:
+            parse_shape(self.string(path, raw))
+        except ShapeError as exc:
+            self.fail(path, str(exc))
+        return raw
+
+    def shapes(self, path: str, raw: Any) -> tuple[ShapeSpec, ...]:
+        return tuple(
+            ShapeSpec(**self.read(ShapeSpec, f"{path}[{i}]",
+                                  self.keys(ShapeSpec, f"{path}[{i}]", item)))
+            for i, item in enumerate(self.sequence(path, raw)))
 
     def seconds(self, path: str, raw: Any) -> float:
         return float(self.number(path, raw, maximum=MAX_SLOW_SECONDS))
@@ -225,8 +249,9 @@ class _Parser(Checks):
                 index += 1
         devices = tuple(self.identify(name, path, gpu, explicit) for path, gpu, explicit in pending)
         node = self.node("node", top["node"], name) if "node" in top else None
+        shapes = self.shapes("shapes", top["shapes"]) if "shapes" in top else ()
         return Scenario(name=name, driver_version=driver, devices=devices, nvml_version=nvml,
-                        faults=faults, node=node)
+                        faults=faults, node=node, shapes=shapes)
 
     def gpu_entry(self, path: str, raw: Any, first_index: int) -> Iterator[tuple[GpuSpec, dict]]:
         self.keys(GpuSpec, path, raw, extra=("count",))
