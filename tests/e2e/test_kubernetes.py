@@ -309,5 +309,5 @@ def test_a_fifo_at_a_nodes_cpulist_holds_no_gpu_and_is_named_once(collector, kub
     named = [ln for ln in proc.lines if str(node / "cpulist") in ln]
     assert len(named) == 1 and " WARNING " in named[0], proc.log
     code, took = proc.stop()
-    assert code == 0 and took < 2.0, (code, took, proc.log)
+    assert code == 0 and took < 2.0, (code, took, proc.log)  # 0.1 s; 2.7 s with a held sampler
     assert "still running" not in proc.log and "Traceback" not in proc.log, proc.log
