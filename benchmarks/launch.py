@@ -25,6 +25,11 @@ blocks, so it costs nothing between reads.
     python -m benchmarks.launch otel-gpu --counts-file F -- --simulate S ...
     python -m benchmarks.launch nvitop-exporter --scenario S --port-file F \\
         --counts-file F --interval 1
+    python -m benchmarks.launch handwritten --scenario S --port-file F --counts-file F
+
+``--real`` in place of ``--simulate``/``--scenario`` counts the calls reaching the real
+libnvidia-ml instead (:class:`CountingLibrary`), for the real-GPU check
+(:mod:`benchmarks.device_check`).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from benchmarks.baselines import announce
 from otel_gpu import sim
 from otel_gpu.sim.scenario import Scenario
 
+NVITOP = "nvitop-exporter"
 NVITOP_HOSTNAME = "bench"
 """The ``--hostname`` label nvitop-exporter is given (its default probes the network)."""
 
@@ -60,6 +66,56 @@ class CountingNvml(sim.FakeNvml):
         if name.startswith("nvml"):
             self.__dict__["missing"][name] += 1
         raise AttributeError(name)
+
+
+class _CountedSymbol:
+    """One C function of the real library: counts each call, forwards ``restype`` and
+    ``argtypes`` (pynvml sets them on some pointers) to the real one."""
+
+    def __init__(self, counter: collections.Counter[str], name: str, real: Any) -> None:
+        self.__dict__.update(_counter=counter, _name=name, _real=real)
+
+    def __call__(self, *args: Any) -> Any:
+        self._counter[self._name] += 1
+        return self._real(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._real, name, value)
+
+
+class CountingLibrary:
+    """The real libnvidia-ml under pynvml, counting every call to each C symbol: the same
+    counts :class:`CountingNvml` gives on the simulator, on a real driver."""
+
+    def __init__(self, real: Any) -> None:
+        self.calls: collections.Counter[str] = collections.Counter()
+        self.missing: collections.Counter[str] = collections.Counter()
+        self._real = real
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            real = getattr(self.__dict__["_real"], name)
+        except AttributeError:
+            if name.startswith("nvml"):
+                self.__dict__["missing"][name] += 1
+            raise
+        return _CountedSymbol(self.__dict__["calls"], name, real)
+
+
+def install_counting_library() -> CountingLibrary:
+    """Load the real library into pynvml (as its first call would) and put a counting
+    proxy in its place; raises pynvml's NVMLError when there is no driver."""
+    import pynvml
+
+    pynvml._LoadNvmlLibrary()
+    with pynvml.libLoadLock:
+        lib = CountingLibrary(pynvml.nvmlLib)
+        pynvml.nvmlLib = lib
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+    return lib
 
 
 class Counts:
@@ -116,21 +172,46 @@ def marking(counts: Counts, method: Callable[..., Any]) -> Callable[..., Any]:
     return marked
 
 
-def run_otel_gpu(argv: list[str], counts_file: Path) -> int:
+def run_otel_gpu(argv: list[str], counts_file: Path, real: bool = False) -> int:
     from otel_gpu import cli
     from otel_gpu.sample.sampler import Sampler
 
     counts = Counts()
     serve_counts(counts, counts_file)
-    sim.FakeNvml = counting_driver(counts)  # type: ignore[assignment, misc]
+    if real:
+        counts.fake = install_counting_library()  # type: ignore[assignment]
+    else:
+        sim.FakeNvml = counting_driver(counts)  # type: ignore[assignment, misc]
     Sampler.sample = marking(counts, Sampler.sample)  # type: ignore[method-assign]
     return cli.main(argv)
 
 
-def run_nvitop(scenario: Path, port_file: Path, counts_file: Path, interval: float) -> int:
+def _counted_driver(counts: Counts, scenario: Path | None) -> None:
+    """The simulator's driver for ``scenario`` under pynvml, or the real library (None),
+    counted into ``counts``; before the exporter imports pynvml's users."""
+    if scenario is None:
+        counts.fake = install_counting_library()  # type: ignore[assignment]
+    else:
+        counts.fake = CountingNvml(sim.load_scenario(str(scenario)))
+        sim.install(counts.fake)
+
+
+def run_handwritten(scenario: Path | None, port_file: Path, counts_file: Path,
+                    interval: float) -> int:
+    from benchmarks import handwritten
+    from benchmarks.baselines import announce as write_port
+
     counts = Counts()
-    counts.fake = CountingNvml(sim.load_scenario(str(scenario)))
-    sim.install(counts.fake)  # before nvitop is imported: it must find the fake in pynvml
+    _counted_driver(counts, scenario)
+    serve_counts(counts, counts_file)
+    handwritten.Exporter.sample = marking(counts, handwritten.Exporter.sample)  # type: ignore[method-assign]
+    return handwritten.serve(interval, lambda port: write_port(port_file, port))
+
+
+def run_nvitop(scenario: Path | None, port_file: Path, counts_file: Path,
+               interval: float) -> int:
+    counts = Counts()
+    _counted_driver(counts, scenario)  # before nvitop is imported: it must find it in pynvml
     serve_counts(counts, counts_file)
 
     from nvitop_exporter import cli  # type: ignore[import-untyped]
@@ -155,16 +236,22 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="system", required=True)
     ours = sub.add_parser("otel-gpu", help="otel-gpu, arguments after --")
     ours.add_argument("--counts-file", type=Path, required=True)
+    ours.add_argument("--real", action="store_true", help="count calls to the real library")
     ours.add_argument("rest", nargs=argparse.REMAINDER)
-    peer = sub.add_parser("nvitop-exporter", help="nvitop-exporter on the simulator")
-    peer.add_argument("--scenario", type=Path, required=True)
-    peer.add_argument("--port-file", type=Path, required=True)
-    peer.add_argument("--counts-file", type=Path, required=True)
-    peer.add_argument("--interval", type=float, default=1.0)
+    for name, what in ((NVITOP, "nvitop-exporter"), ("handwritten", "the pynvml baseline")):
+        peer = sub.add_parser(name, help=f"{what} on the simulator, or the real driver")
+        where = peer.add_mutually_exclusive_group(required=True)
+        where.add_argument("--scenario", type=Path)
+        where.add_argument("--real", action="store_true")
+        peer.add_argument("--port-file", type=Path, required=True)
+        peer.add_argument("--counts-file", type=Path, required=True)
+        peer.add_argument("--interval", type=float, default=1.0)
     args = parser.parse_args(argv)
     if args.system == "otel-gpu":
         rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
-        return run_otel_gpu(rest, args.counts_file)
+        return run_otel_gpu(rest, args.counts_file, args.real)
+    if args.system == "handwritten":
+        return run_handwritten(args.scenario, args.port_file, args.counts_file, args.interval)
     if importlib.util.find_spec("nvitop_exporter") is None:  # found, not imported: see above
         print("nvitop-exporter is not installed: pip install 'nvitop-exporter==1.7.2' "
               "(the project's [bench] extra)", file=sys.stderr)

@@ -1,0 +1,77 @@
+"""The real-GPU check runs against the simulator, so it cannot rot between GPU runs.
+
+It is the same command a GPU node runs (``python -m benchmarks.device_check``), with
+``--simulate h100x8``: the check's own pynvml reads go through the same fake driver.
+One run must pass and write both reports; one whose reference reads another scenario
+(a power limit and a memory total changed) must fail on exactly those values.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from otel_gpu.sim.scenario import PROFILES_DIR
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = ["--simulate", "h100x8", "--interval", "0.5", "--latency-calls", "3",
+        "--quiet-seconds", "1.5", "--scrape-seconds", "0.5"]
+
+
+def check(out: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "benchmarks.device_check", "--out", str(out),
+                           *args], cwd=ROOT, capture_output=True, text=True, timeout=150)
+
+
+def test_the_check_passes_on_the_simulator_and_writes_both_reports(tmp_path):
+    done = check(tmp_path, *FAST, "--systems", "otel-gpu,handwritten")
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads((tmp_path / "device-check.json").read_text())
+    report = (tmp_path / "device-check.md").read_text()
+    assert data["passed"] is True and not data["errors"]
+    phases = {row["phase"] for row in data["rows"]}
+    assert {"idle", "pods-1", "pods-2"} <= phases
+    assert data["summary"]["compared"] > 2000 and data["summary"]["failed"] == 0
+    # every family of the catalog that h100x8 exports is compared, none silently
+    compared = {row["family"] for row in data["rows"]}
+    assert {"hw_power_watts", "hw_energy_joules_total", "nvidia_gpu_tensor_activity",
+            "nvidia_gpu_k8s_memory_usage_bytes", "nvidia_gpu_k8s_energy_joules_total",
+            "nvidia_gpu_info", "hw_status"} <= compared
+    assert "nvidia_gpu_xid_errors_total" in data["not_compared"]["idle"]
+    # refusals are checked as absent series: h100x8 has no fan
+    fan = [r for r in data["rows"] if r["family"] == "nvidia_gpu_fan_speed"]
+    assert fan and all(r["rule"].startswith("absent") and r["ok"] for r in fan)
+    # per-pod memory is NVML's per-process memory: 3 GiB and 1 GiB on GPU 0
+    memory = {r["what"]: r["exported"] for r in data["rows"] if r["phase"] == "pods-2"
+              and r["family"] == "nvidia_gpu_k8s_memory_usage_bytes" and r["what"] != "sum of rows"}
+    assert memory == {"check-a": 3 << 30, "check-b": 1 << 30}
+    assert set(data["cost"]) == {"otel-gpu", "handwritten"}
+    assert data["cost"]["otel-gpu"]["nvml_calls_per_gpu_per_sample"] > 0
+    assert data["latency"]["functions"]
+    assert "PASS" in report and "NVIDIA H100 80GB HBM3" in report and "550.90.07" in report
+
+
+def test_a_reference_that_disagrees_fails_the_check(tmp_path):
+    scenario = yaml.safe_load((PROFILES_DIR / "h100x8.yaml").read_text())
+    first = scenario["devices"][0]
+    first["power_limits"]["default"] = 650000
+    first["memory"]["total"] += 1 << 20
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump(scenario))
+    done = check(tmp_path / "out", *FAST, "--reference-scenario", str(other),
+                 "--skip", "cost,latency,pods")
+    assert done.returncode == 1, done.stdout + done.stderr
+    data = json.loads((tmp_path / "out" / "device-check.json").read_text())
+    failed = {(r["family"], r["device"], r["what"]) for r in data["rows"] if not r["ok"]}
+    # the first entry's four GPUs, and nothing else: the default limit, the total, and
+    # what follows from the total (the free memory and the used fraction)
+    for gpu in "0123":
+        assert ("nvidia_gpu_power_limit_watts", gpu, "default") in failed
+        assert ("hw_gpu_memory_limit_bytes", gpu, "-") in failed
+    assert {f for f, *_ in failed} <= {"nvidia_gpu_power_limit_watts", "hw_gpu_memory_limit_bytes",
+                                      "nvidia_gpu_memory_free_bytes", "hw_gpu_memory_utilization"}
+    assert "FAIL" in (tmp_path / "out" / "device-check.md").read_text()
