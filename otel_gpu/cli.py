@@ -278,7 +278,7 @@ def check(config: Config) -> int:
             replica = f" (replica {holder.replica})" if holder.replica is not None else ""
             print(f"  held by {holder.namespace}/{holder.pod}/{holder.container}{replica}")
         for job in snapshot.series_jobs(dev.uuid):
-            print(f"  used by HPC job {job}")
+            print(f"  used by HPC job {job.job_id}")
         if sample.error:
             print(f"  error: {sample.error}")
         if sample.hung:

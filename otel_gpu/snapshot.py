@@ -14,14 +14,6 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from otel_gpu.workload import (
-    CONTAINER_ID,
-    CONTAINER_IMAGE_NAME,
-    CONTAINER_NAME,
-    HPC_JOB_ID,
-    K8S_CONTAINER_NAME,
-    K8S_NAMESPACE_NAME,
-    K8S_POD_NAME,
-    K8S_POD_UID,
     AllocationRow,
     ContainerRef,
     Holder,
@@ -32,26 +24,6 @@ from otel_gpu.workload import (
     Workload,
     workload_attributes,
 )
-
-__all__ = [
-    "CONTAINER_ID",
-    "CONTAINER_IMAGE_NAME",
-    "CONTAINER_NAME",
-    "HPC_JOB_ID",
-    "K8S_CONTAINER_NAME",
-    "K8S_NAMESPACE_NAME",
-    "K8S_POD_NAME",
-    "K8S_POD_UID",
-    "AllocationRow",
-    "ContainerRef",
-    "Holder",
-    "JobRef",
-    "NumaAlignment",
-    "Owner",
-    "PodRef",
-    "Workload",
-    "workload_attributes",
-]
 
 # Device states, as the OpenTelemetry ``hw.state`` attribute spells them.
 OK = "ok"
@@ -175,8 +147,6 @@ class DeviceSample:
 
 
 # --- what the attribution stage hands on -------------------------------------------
-#
-# The workload identities are in otel_gpu.workload (re-exported here).
 
 
 @dataclass(frozen=True)
@@ -420,9 +390,9 @@ class Snapshot:
     a note, not a problem."""
     pods: Pods | None = None
     """Set when Kubernetes pod attribution is on."""
-    jobs: Mapping[str, tuple[str, ...]] | None = None
-    """HPC job ids per device uuid, sorted (an immutable mapping; devices without jobs
-    are absent), when HPC job attribution is on (:mod:`otel_gpu.attribute.hpc`)."""
+    jobs: Mapping[str, tuple[JobRef, ...]] | None = None
+    """HPC jobs per device uuid, sorted (an immutable mapping; devices without jobs are
+    absent), when HPC job attribution is on (:mod:`otel_gpu.attribute.hpc`)."""
     containers: Containers | None = None
     """Set when container attribution outside Kubernetes is on
     (:mod:`otel_gpu.attribute.container`)."""
@@ -443,7 +413,7 @@ class Snapshot:
             return ()
         return self.pods.attribution.allocations(uuid)
 
-    def series_jobs(self, uuid: str) -> tuple[str, ...]:
+    def series_jobs(self, uuid: str) -> tuple[JobRef, ...]:
         """The HPC jobs using ``uuid`` (GPU or MIG instance), sorted; none when off."""
         if self.jobs is None:
             return ()
@@ -460,8 +430,7 @@ class Snapshot:
     def series_workloads(self, uuid: str) -> tuple[Workload, ...]:
         """Every workload whose attributes go on ``uuid``'s series: the pod holding it
         whole, the HPC jobs using it, the one container outside Kubernetes using it."""
-        return (*self.series_pods(uuid), *(JobRef(j) for j in self.series_jobs(uuid)),
-                *self.series_containers(uuid))
+        return (*self.series_pods(uuid), *self.series_jobs(uuid), *self.series_containers(uuid))
 
     def workload_attributes(self, uuid: str) -> dict[str, str]:
         """The attributes of :meth:`series_workloads` on one series."""

@@ -4,8 +4,8 @@ One identity per workload, made once where its source answers (the kubelet's
 List, a process's cgroup, the container runtime's list, a job mapping file)
 and carried as it is to every output: each says its own attributes under the
 OpenTelemetry semantic conventions, so the instruments, the events and the
-OTLP Resources read one shape whatever the workload is. Re-exported by
-:mod:`otel_gpu.snapshot`, which carries them.
+OTLP Resources read one shape whatever the workload is. Each attribute name
+is defined here and nowhere else.
 """
 
 from __future__ import annotations
@@ -21,7 +21,15 @@ CONTAINER_ID = "container.id"
 CONTAINER_NAME = "container.name"
 CONTAINER_IMAGE_NAME = "container.image.name"
 HPC_JOB_ID = "nvidia.gpu.hpc.job.id"
-"""OpenTelemetry has no convention for a batch job yet (see docs/hpc.md)."""
+"""HPC (Slurm) job ids using the device, comma-separated; OpenTelemetry has no convention
+for a batch job yet (see docs/hpc.md)."""
+
+POD_ATTRIBUTES = (K8S_POD_NAME, K8S_NAMESPACE_NAME, K8S_CONTAINER_NAME, K8S_POD_UID)
+CONTAINER_ATTRIBUTES = (CONTAINER_ID, CONTAINER_NAME, CONTAINER_IMAGE_NAME)
+WORKLOAD_ATTRIBUTES: tuple[str, ...] = (*POD_ATTRIBUTES, HPC_JOB_ID, *CONTAINER_ATTRIBUTES)
+"""The pod, HPC job and container attributes: on every series of a device, never on its
+info series; with OTLP, they move from the point to the workload's Resource (in this
+order, which orders the Resources)."""
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,9 @@ from otel_gpu.attribute.k8s.attribution import attribute
 from otel_gpu.attribute.k8s.podresources import Allocation, PodResourcesState
 from otel_gpu.config import load
 from otel_gpu.sample.library import Nvml
-from otel_gpu.snapshot import Device, DeviceSample, PodRef, Pods
+from otel_gpu.snapshot import Device, DeviceSample, Pods
 from otel_gpu.wiring import Service, sample_once
+from otel_gpu.workload import PodRef
 from tests.support.snapshots import snapshot
 
 T4_UUID = "GPU-5a5a7118-e550-79a1-597e-7631e126c57a"

@@ -7,13 +7,9 @@ from collections.abc import Sequence
 from importlib import resources
 
 from otel_gpu.export.naming.otel import prometheus_name
-from otel_gpu.instrument.catalog import (
-    CATALOG,
-    DEVICE_ATTRIBUTES,
-    IDENTITY_ATTRIBUTES,
-    WORKLOAD_ATTRIBUTES,
-    Metric,
-)
+from otel_gpu.instrument.attributes import DEVICE_ATTRIBUTES, IDENTITY_ATTRIBUTES
+from otel_gpu.instrument.catalog import CATALOG, Metric
+from otel_gpu.workload import WORKLOAD_ATTRIBUTES
 
 __all__ = ["markdown", "migration", "prometheus_name", "text_table"]
 

@@ -26,14 +26,12 @@ from types import MappingProxyType
 from otel_gpu.export.naming import xid as xids
 from otel_gpu.instrument.attributes import (
     GPU_INDEX,
-    HPC_JOB,
     HW_ID,
     HW_STATE,
     MIG_CI,
     MIG_GI,
     device_attributes,
     kubelet_numa_node,
-    pod_labels,
 )
 from otel_gpu.instrument.schema import Kind, Metric
 from otel_gpu.sample.sources import (
@@ -453,18 +451,15 @@ class _Context:
         return None
 
     def attributes(self, target: DeviceSample | None = None) -> dict[str, object]:
-        """The device's attributes (the instruments' own: :func:`device_attributes`) and its
-        holder: the pod holding it whole (moved into the Resource by the exporter), else
-        every holder's name in one attribute."""
+        """The device's attributes and its workload's, both the instruments' own
+        (:func:`device_attributes`, :meth:`~otel_gpu.snapshot.Snapshot.workload_attributes`),
+        so that the OTLP exporter puts a record under the Resource of its device's metrics;
+        without a pod holding the device whole, every holder's name in one attribute."""
         device = (target or self.sample).device
         attrs: dict[str, object] = dict(device_attributes(
             device, self.snapshot.driver_version, kubelet_numa_node(self.snapshot, device)))
-        jobs = self.snapshot.series_jobs(device.uuid)
-        if jobs:  # as on the device's metrics: under the job's Resource with OTLP
-            attrs[HPC_JOB] = ",".join(jobs)
-        pods = self.snapshot.series_pods(device.uuid)
-        if pods:
-            attrs.update(pod_labels(pods[0]))
+        attrs.update(self.snapshot.workload_attributes(device.uuid))
+        if self.snapshot.series_pods(device.uuid):
             return attrs
         holders = self._holders(device.uuid)
         if holders:

@@ -59,7 +59,8 @@ from otel_gpu.export.otlp_transport import (
     resolve_protocol,
 )
 from otel_gpu.export.push import OtlpPush, cumulative
-from otel_gpu.export.workload import CACHE, WORKLOAD_KEYS, Key, WorkloadResources
+from otel_gpu.export.workload import CACHE, Key, WorkloadResources
+from otel_gpu.workload import WORKLOAD_ATTRIBUTES
 
 __all__ = [
     "ATTRIBUTES", "GRPC", "HTTP", "PROTOCOLS", "RESOURCE", "OtlpSettings", "OtlpSetupError",
@@ -157,7 +158,7 @@ class PodResourceExporter(MetricExporter):
     """Sends each pod's (and each HPC job's) data points under a Resource naming it."""
 
     def __init__(
-        self, inner: MetricExporter, node: Resource, keys: Sequence[str] = WORKLOAD_KEYS,
+        self, inner: MetricExporter, node: Resource, keys: Sequence[str] = WORKLOAD_ATTRIBUTES,
     ) -> None:
         super().__init__(
             preferred_temporality=inner._preferred_temporality,

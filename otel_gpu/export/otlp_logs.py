@@ -45,7 +45,8 @@ from otel_gpu.export.otlp_transport import (
     Transport,
     resolve,
 )
-from otel_gpu.export.workload import WORKLOAD_KEYS, Key, WorkloadResources
+from otel_gpu.export.workload import Key, WorkloadResources
+from otel_gpu.workload import WORKLOAD_ATTRIBUTES
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,7 @@ class PodResourceLogExporter(LogRecordExporter):
     """
 
     def __init__(self, inner: LogRecordExporter, node: Resource,
-                 keys: Sequence[str] = WORKLOAD_KEYS) -> None:
+                 keys: Sequence[str] = WORKLOAD_ATTRIBUTES) -> None:
         self._inner = inner
         self._node = node
         self._workloads = WorkloadResources(keys)

@@ -12,10 +12,8 @@ from collections.abc import Mapping, Sequence
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.util.types import AttributeValue
 
-from otel_gpu.instrument.catalog import WORKLOAD_ATTRIBUTES
+from otel_gpu.workload import WORKLOAD_ATTRIBUTES
 
-WORKLOAD_KEYS: tuple[str, ...] = WORKLOAD_ATTRIBUTES
-"""The attributes that name a workload: they move from the point to the Resource."""
 CACHE = 65536
 """Resources kept, at most (then the cache starts over)."""
 
@@ -29,7 +27,7 @@ class WorkloadResources:
     Resource naming both. Used by one exporting thread at a time.
     """
 
-    def __init__(self, keys: Sequence[str] = WORKLOAD_KEYS, *, cache: int = CACHE) -> None:
+    def __init__(self, keys: Sequence[str] = WORKLOAD_ATTRIBUTES, *, cache: int = CACHE) -> None:
         self.keys = tuple(keys)
         self._cache = cache
         self._resources: dict[tuple[int, Key], tuple[Resource, Resource]] = {}

@@ -1,9 +1,10 @@
 """Attribute names, and the attributes of a device and of its workload.
 
 The ``hw.*`` names are OpenTelemetry's hardware semantic conventions; the
-others are ours (``nvidia.gpu.*``) or the Kubernetes conventions (``k8s.*``).
-:func:`device_attributes` is the one place a device's attributes are made: the
-instruments' series and the GPU event records both take them from here.
+others are ours (``nvidia.gpu.*``). The workload's (``k8s.*``, ``container.*``, the
+HPC job) are :mod:`otel_gpu.workload`'s. :func:`device_attributes` is the one place a
+device's attributes are made: the instruments' series and the GPU event records both
+take them from here.
 """
 
 from __future__ import annotations
@@ -11,7 +12,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal
 
-from otel_gpu.snapshot import Device, PodEnergy, PodRef, PodUsage, Snapshot
+from otel_gpu.snapshot import Device, PodEnergy, PodUsage, Snapshot
+from otel_gpu.workload import (
+    CONTAINER_ATTRIBUTES,
+    CONTAINER_ID,
+    CONTAINER_IMAGE_NAME,
+    CONTAINER_NAME,
+    HPC_JOB_ID,
+    K8S_CONTAINER_NAME,
+    K8S_NAMESPACE_NAME,
+    K8S_POD_NAME,
+    K8S_POD_UID,
+    POD_ATTRIBUTES,
+)
 
 HW_ID = "hw.id"
 HW_NAME = "hw.name"
@@ -30,20 +43,8 @@ MIG_PROFILE = "nvidia.gpu.mig.profile"
 MIG_GI = "nvidia.gpu.mig.gpu_instance_id"
 MIG_CI = "nvidia.gpu.mig.compute_instance_id"
 NUMA_NODE = "nvidia.gpu.numa_node"
-K8S_POD = "k8s.pod.name"
-K8S_NAMESPACE = "k8s.namespace.name"
-K8S_CONTAINER = "k8s.container.name"
-K8S_POD_UID = "k8s.pod.uid"
 K8S_RESOURCE = "nvidia.gpu.k8s.resource"
 REPLICA = "nvidia.gpu.k8s.replica"
-POD_ATTRIBUTES = (K8S_POD, K8S_NAMESPACE, K8S_CONTAINER, K8S_POD_UID)
-CONTAINER_ID = "container.id"
-CONTAINER_NAME = "container.name"
-CONTAINER_IMAGE = "container.image.name"
-CONTAINER_ATTRIBUTES = (CONTAINER_ID, CONTAINER_NAME, CONTAINER_IMAGE)
-HPC_JOB = "nvidia.gpu.hpc.job.id"
-"""HPC (Slurm) job ids using the device, comma-separated; OpenTelemetry has no convention
-for a batch job yet (see docs/hpc.md)."""
 
 IDENTITY_ATTRIBUTES: frozenset[str] = frozenset(
     {HW_ID, HW_TYPE, GPU_INDEX, HW_PARENT, MIG_PROFILE, MIG_GI, MIG_CI})
@@ -51,9 +52,6 @@ IDENTITY_ATTRIBUTES: frozenset[str] = frozenset(
 tells one device from another. The others describe the device and never change while it is
 there; with ``device_attributes: identity`` (the default) only ``nvidia.gpu.info`` carries
 them, so that each series costs a collection fewer attributes to clean and hash."""
-WORKLOAD_ATTRIBUTES: tuple[str, ...] = (*POD_ATTRIBUTES, HPC_JOB, *CONTAINER_ATTRIBUTES)
-"""The pod, HPC job and container attributes: on every series of a device, never on its
-info series; with OTLP, in the workload's Resource."""
 
 DEVICE_ATTRIBUTES: tuple[tuple[str, str], ...] = (
     (HW_ID, "GPU UUID (`GPU-...`) or MIG instance UUID (`MIG-...`)"),
@@ -71,18 +69,18 @@ DEVICE_ATTRIBUTES: tuple[tuple[str, str], ...] = (
     (MIG_GI, "MIG instances only: GPU instance id"),
     (MIG_CI, "MIG instances only: compute instance id"),
     (NUMA_NODE, "NUMA node of the GPU (kubelet topology, else NVML, else sysfs), when known"),
-    (K8S_POD, "pod holding the device whole (Kubernetes attribution on; absent on shared "
+    (K8S_POD_NAME, "pod holding the device whole (Kubernetes attribution on; absent on shared "
               "or free devices)"),
-    (K8S_NAMESPACE, "namespace of that pod"),
-    (K8S_CONTAINER, "container of that pod holding the device"),
+    (K8S_NAMESPACE_NAME, "namespace of that pod"),
+    (K8S_CONTAINER_NAME, "container of that pod holding the device"),
     (K8S_POD_UID, "UID of that pod, where the node's files say it (the kubelet's pod log "
                   "directories, `pod_log_root`)"),
-    (HPC_JOB, "HPC (Slurm) jobs using the device, comma-separated, from the job mapping "
+    (HPC_JOB_ID, "HPC (Slurm) jobs using the device, comma-separated, from the job mapping "
               "directory and the processes' cgroups (`hpc_job_mapping_dir`, `process_usage`)"),
     (CONTAINER_ID, "container outside Kubernetes whose processes alone use the device, from "
                    "their cgroups (`process_usage`; docs/containers.md)"),
     (CONTAINER_NAME, "that container's name, from the runtime's API (`container_socket`)"),
-    (CONTAINER_IMAGE, "that container's image, without its tag"),
+    (CONTAINER_IMAGE_NAME, "that container's image, without its tag"),
 )
 # Per-pod usage (process_usage): one series per (device, container), and one per device
 # for the processes of no pod, marked by PROCESS_OWNER instead of pod attributes.
@@ -95,16 +93,11 @@ DeviceAttributes = Literal["identity", "all"]
 """The ``device_attributes`` setting: which device attributes every series carries."""
 IDENTITY: DeviceAttributes = "identity"
 """Only what identifies the device
-(:data:`~otel_gpu.instrument.catalog.IDENTITY_ATTRIBUTES`) and its pods and jobs; the
+(:data:`IDENTITY_ATTRIBUTES`) and its pods and jobs; the
 descriptive attributes are on ``nvidia.gpu.info`` alone."""
 ALL: DeviceAttributes = "all"
 """Every device attribute on every series (the default: what the hardware semantic
 conventions recommend, and what a backend without joins can group by)."""
-
-
-def pod_labels(ref: PodRef) -> dict[str, str]:
-    """A container's attributes under the OpenTelemetry Kubernetes conventions."""
-    return ref.attributes()
 
 
 def usage_labels(row: PodUsage | PodEnergy) -> dict[str, str]:
@@ -112,15 +105,6 @@ def usage_labels(row: PodUsage | PodEnergy) -> dict[str, str]:
     if row.pod is None:
         return {HW_ID: row.uuid, PROCESS_OWNER: UNATTRIBUTED}
     return {HW_ID: row.uuid, **row.pod.attributes()}
-
-
-def pod_attributes(snapshot: Snapshot, device: Device) -> dict[str, str | int]:
-    """The pod holding the device whole, the HPC jobs using it (comma-separated: one
-    series, however many jobs share it) and the one container outside Kubernetes using it
-    (:meth:`~otel_gpu.snapshot.Snapshot.workload_attributes`): on every series of the
-    device, whatever ``device_attributes`` says, since OTLP's per-workload Resources and
-    queries by pod need them."""
-    return dict(snapshot.workload_attributes(device.uuid))
 
 
 def kubelet_numa_node(snapshot: Snapshot, device: Device) -> int | None:

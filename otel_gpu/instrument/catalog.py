@@ -21,21 +21,16 @@ from collections.abc import Iterable
 
 from otel_gpu.instrument import observe
 from otel_gpu.instrument.attributes import (
-    DEVICE_ATTRIBUTES,
     ENERGY_RULE,
-    HPC_JOB,
     HW_ID,
     HW_STATE,
-    IDENTITY_ATTRIBUTES,
     K8S_RESOURCE,
     OMITTED_BECAUSE,
-    POD_ATTRIBUTES,
     PROCESS_OWNER,
     READER,
     REPLICA,
     UNATTRIBUTED,
     USAGE_ATTRIBUTES,
-    WORKLOAD_ATTRIBUTES,
 )
 from otel_gpu.instrument.schema import (
     KB_PER_S,
@@ -130,10 +125,10 @@ from otel_gpu.sample.sources import (
     VIOLATIONS,
     Source,
 )
+from otel_gpu.workload import POD_ATTRIBUTES
 
 __all__ = [  # the table, and the names the other stages have always taken from here
-    "CATALOG", "DEVICE_ATTRIBUTES", "HPC_JOB", "IDENTITY_ATTRIBUTES", "POD_ATTRIBUTES",
-    "WORKLOAD_ATTRIBUTES", "Kind", "Metric", "all_sources", "device_observations",
+    "CATALOG", "Kind", "Metric", "all_sources", "device_observations",
 ]
 
 _TO_CONTAINER = "per container (/proc/PID/cgroup, kubelet /var/log/pods)"

@@ -22,7 +22,6 @@ from otel_gpu.instrument.attributes import (
     device_attributes,
     identity_attributes,
     kubelet_numa_node,
-    pod_attributes,
 )
 from otel_gpu.instrument.catalog import CATALOG
 from otel_gpu.instrument.schema import Kind, Metric, device_observations
@@ -115,7 +114,7 @@ class Instruments:
             owner, by_uuid = self._per_snapshot = (snapshot, {})
         sets = by_uuid.get(device.uuid)
         if sets is None:
-            pods = pod_attributes(snapshot, device)
+            pods = snapshot.workload_attributes(device.uuid)
             numa = kubelet_numa_node(snapshot, device)
             key = (device, snapshot.driver_version, numa, tuple(pods.items()))
             sets = self._sets.get(key)

@@ -21,7 +21,6 @@ from otel_gpu.instrument.attributes import (
     REPLICA,
     UNATTRIBUTED,
     USAGE_ATTRIBUTES,
-    pod_labels,
     usage_labels,
 )
 from otel_gpu.instrument.schema import MILLI, Kind, Metric, Observation
@@ -84,7 +83,7 @@ def devices(snapshot: Snapshot, now: float) -> Iterable[Observation]:
 
 def allocations(snapshot: Snapshot, now: float) -> Iterable[Observation]:
     for row in snapshot.allocations():
-        attrs = {HW_ID: row.uuid, **pod_labels(row.ref), K8S_RESOURCE: row.resource_name}
+        attrs = {HW_ID: row.uuid, **row.ref.attributes(), K8S_RESOURCE: row.resource_name}
         if row.replica is not None:
             attrs[REPLICA] = str(row.replica)
         yield 1.0, attrs
@@ -109,7 +108,7 @@ def numa_alignment(snapshot: Snapshot, now: float) -> Iterable[Observation]:
     if snapshot.pods is None:
         return
     for row in snapshot.pods.attribution.numa_alignment():
-        yield row.fraction, {HW_ID: row.uuid, **pod_labels(row.ref)}
+        yield row.fraction, {HW_ID: row.uuid, **row.ref.attributes()}
 
 
 def kubelet_requests(snapshot: Snapshot, now: float) -> Iterable[Observation]:

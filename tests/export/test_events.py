@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import pytest
 
 from otel_gpu.export import events as ev
@@ -15,11 +17,11 @@ from otel_gpu.snapshot import (
     OK,
     PREDICTED_FAILURE,
     Attribution,
-    Holder,
-    PodRef,
+    Containers,
     Pods,
     XidEvent,
 )
+from otel_gpu.workload import WORKLOAD_ATTRIBUTES, ContainerRef, Holder, JobRef, PodRef
 from tests.support.nvml import SOURCES
 from tests.support.snapshots import (
     GPU0,
@@ -96,10 +98,8 @@ def test_an_xid_names_the_pod_holding_the_gpu_whole():
 def test_an_xid_names_the_hpc_jobs_using_the_gpu():
     """On bare metal the job is the workload that was hit: the record names it, as the
     device's series do, and the exporter moves it into the job's Resource."""
-    from types import MappingProxyType
-
     detector = ev.EventDetector()
-    jobs = MappingProxyType({GPU0: ("1234", "1240")})
+    jobs = MappingProxyType({GPU0: (JobRef("1234"), JobRef("1240"))})
     batch = detector.observe(snapshot(sample(G0, xid_events=(XidEvent(79, 1.0),)), jobs=jobs))
     assert batch[0].attributes["nvidia.gpu.hpc.job.id"] == "1234,1240"
 
@@ -317,7 +317,7 @@ def test_the_counters_are_catalog_rows_there_at_zero():
 
 def _device_keys(attrs) -> dict:
     """The device's own attributes among a record's (its workload's and the event's left out)."""
-    from otel_gpu.instrument.attributes import DEVICE_ATTRIBUTES, WORKLOAD_ATTRIBUTES
+    from otel_gpu.instrument.attributes import DEVICE_ATTRIBUTES
 
     keys = {key for key, _ in DEVICE_ATTRIBUTES} - set(WORKLOAD_ATTRIBUTES)
     return {k: v for k, v in attrs.items() if k in keys}
@@ -355,3 +355,49 @@ def test_a_record_names_its_device_exactly_as_its_metrics_do(which):
     assert _device_keys(event.attributes) == _device_keys(point.attributes)
     assert event.attributes["hw.type"] == "gpu"
     assert all(v != "" for v in point.attributes.values())  # absent, never empty
+
+
+TRAINER = ContainerRef("3f4e5d6c7b8a99887766554433221100ffeeddccbbaa00112233445566778899",
+                       "trainer", "pytorch/pytorch")
+
+
+def _workload_keys(attrs) -> dict:
+    """The workload's attributes among a record's or a point's (the device's left out)."""
+    return {k: v for k, v in attrs.items() if k in WORKLOAD_ATTRIBUTES}
+
+
+@pytest.mark.parametrize("workloads", ["container", "container and job", "pod and job"])
+def test_a_record_names_its_workload_exactly_as_its_gpus_metrics_do(workloads):
+    """An XID on a GPU a Docker container uses alone (no Kubernetes): its series carry the
+    container, so its record does too, and the OTLP exporters put both under the same
+    container's Resource. Events and instruments take the workload's attributes from the
+    one workload value the snapshot carries."""
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from otel_gpu.instrument.telemetry import build_meter_provider, build_resource
+
+    fields: dict = {}
+    if "container" in workloads:
+        fields["containers"] = Containers(devices=MappingProxyType({GPU0: (TRAINER,)}))
+    if "pod" in workloads:
+        fields["pods"] = pods(**{GPU0: (holder("train-0"),)})
+    if "job" in workloads:
+        fields["jobs"] = MappingProxyType({GPU0: (JobRef("1234"), JobRef("1240"))})
+    snap = snapshot(sample(G0, values={"power": 300_000}, xid_events=(XidEvent(79, 1.0),)),
+                    **fields)
+    (event,) = ev.EventDetector().observe(snap)
+
+    reader = InMemoryMetricReader()
+    provider = build_meter_provider(build_resource(environ={}), [reader], lambda: snap)
+    try:
+        data = reader.get_metrics_data()
+    finally:
+        provider.shutdown()
+    series = {frozenset(_workload_keys(p.attributes).items())
+              for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+              if m.name in ("hw.power", "hw.status") for p in m.data.data_points}
+    (metrics,) = series  # every series of the GPU names one workload
+    assert _workload_keys(event.attributes) == dict(metrics)
+    if "container" in workloads:
+        assert _workload_keys(event.attributes).items() >= TRAINER.attributes().items()
+        assert event.attributes["container.name"] == "trainer"

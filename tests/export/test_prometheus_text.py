@@ -28,7 +28,8 @@ from otel_gpu.export.collected import CollectingReader
 from otel_gpu.export.prometheus import new_reader
 from otel_gpu.export.prometheus_text import TextWriter
 from otel_gpu.instrument.telemetry import build_meter_provider, build_resource
-from otel_gpu.snapshot import FAILED, OK, Attribution, Device, DeviceSample, Holder, PodRef, Pods
+from otel_gpu.snapshot import FAILED, OK, Attribution, Device, DeviceSample, Pods
+from otel_gpu.workload import Holder, PodRef
 from tests.support.metrics_data import CUMULATIVE, DELTA, data, gauge, point, total
 from tests.support.snapshots import snapshot
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from opentelemetry.sdk.resources import Resource
 
 from otel_gpu.export.workload import WorkloadResources
-from otel_gpu.instrument.catalog import HPC_JOB
+from otel_gpu.workload import HPC_JOB_ID
 
 NODE = Resource({"service.name": "otel-gpu", "k8s.node.name": "node-1"})
 POD = {"k8s.pod.name": "train-0", "k8s.namespace.name": "ml", "k8s.container.name": "main"}
@@ -31,6 +31,6 @@ def test_no_workload_is_the_node_itself_and_the_cache_is_bounded():
 
 def test_a_job_and_a_pod_share_one_resource():
     workloads = WorkloadResources()
-    key = workloads.key({"k8s.pod.name": "p", HPC_JOB: "42"})
+    key = workloads.key({"k8s.pod.name": "p", HPC_JOB_ID: "42"})
     attrs = dict(workloads.resource(NODE, key).attributes)
-    assert attrs["k8s.pod.name"] == "p" and attrs[HPC_JOB] == "42"
+    assert attrs["k8s.pod.name"] == "p" and attrs[HPC_JOB_ID] == "42"

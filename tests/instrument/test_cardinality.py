@@ -19,7 +19,8 @@ from otel_gpu.instrument.catalog import CATALOG
 from otel_gpu.publish.loop import Pipeline
 from otel_gpu.publish.store import SnapshotStore
 from otel_gpu.publish.timings import Timings
-from otel_gpu.snapshot import OK, Attribution, Device, DeviceSample, Holder, PodRef, Pods, Snapshot
+from otel_gpu.snapshot import OK, Attribution, Device, DeviceSample, Pods, Snapshot
+from otel_gpu.workload import Holder, JobRef, PodRef
 from tests.support.process import wait_until
 from tests.support.providers import RebuildingProvider
 from tests.support.snapshots import snapshot
@@ -68,10 +69,10 @@ def test_churn_counts_hpc_jobs_coming_and_going_without_pods():
     series, so jobs finishing pile up like finished pods and are released the same way."""
     churn = PodChurn(limit=3)
     for i in range(4):
-        jobs = MappingProxyType({"GPU-0": (str(1000 + i),)})
+        jobs = MappingProxyType({"GPU-0": (JobRef(str(1000 + i)),)})
         assert not churn.needs_rebuild(replace(_snap(i), jobs=jobs))
-    assert churn.needs_rebuild(replace(_snap(5), jobs=MappingProxyType({"GPU-0": ("1005",)}))) \
-        == CHURNED
+    later = MappingProxyType({"GPU-0": (JobRef("1005"),)})
+    assert churn.needs_rebuild(replace(_snap(5), jobs=later)) == CHURNED
 
 
 def _time_sliced(holders: int) -> Snapshot:

@@ -8,11 +8,8 @@ import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from otel_gpu.instrument.attributes import (
-    HPC_JOB,
     IDENTITY_ATTRIBUTES,
     NUMA_NODE,
-    POD_ATTRIBUTES,
-    WORKLOAD_ATTRIBUTES,
     device_attributes,
     identity_attributes,
 )
@@ -20,7 +17,15 @@ from otel_gpu.instrument.cardinality import SDK_CARDINALITY_LIMIT, cardinality, 
 from otel_gpu.instrument.catalog import CATALOG
 from otel_gpu.instrument.instruments import Instruments
 from otel_gpu.instrument.telemetry import Telemetry, build_meter_provider, build_resource
-from otel_gpu.snapshot import FAILED, OK, Attribution, Device, DeviceSample, Holder, PodRef, Pods
+from otel_gpu.snapshot import FAILED, OK, Attribution, Device, DeviceSample, Pods
+from otel_gpu.workload import (
+    HPC_JOB_ID,
+    POD_ATTRIBUTES,
+    WORKLOAD_ATTRIBUTES,
+    Holder,
+    JobRef,
+    PodRef,
+)
 from tests.support.providers import NoMeter
 from tests.support.snapshots import snapshot
 
@@ -124,14 +129,14 @@ def _mixed_node():
     samples = [DeviceSample(d, OK, VALUES) for d in (HELD, MIG_PARENT, MIG, MIG_JOB)]
     samples.append(DeviceSample(LOST, FAILED, error="GPU is lost"))
     return snapshot(*samples, pods=Pods(attribution),
-                    jobs=MappingProxyType({MIG_JOB.uuid: ("4242",)}))
+                    jobs=MappingProxyType({MIG_JOB.uuid: (JobRef("4242"),)}))
 
 
 WORKLOAD = {HELD.uuid: {"k8s.pod.name": "train", "k8s.namespace.name": "ml",
                         "k8s.container.name": "main"},
             MIG.uuid: {"k8s.pod.name": "small", "k8s.namespace.name": "ml",
                        "k8s.container.name": "srv"},
-            MIG_JOB.uuid: {HPC_JOB: "4242"}}
+            MIG_JOB.uuid: {HPC_JOB_ID: "4242"}}
 
 
 def _collect(setting: str):

@@ -12,15 +12,8 @@ from otel_gpu.publish.loop import Followup, Pipeline
 from otel_gpu.publish.readiness import Readiness
 from otel_gpu.publish.store import SnapshotStore
 from otel_gpu.publish.timings import Timings
-from otel_gpu.snapshot import (
-    Attribution,
-    Device,
-    DeviceSample,
-    Holder,
-    PodRef,
-    Pods,
-    Snapshot,
-)
+from otel_gpu.snapshot import Attribution, Device, DeviceSample, Pods, Snapshot
+from otel_gpu.workload import Holder, JobRef, PodRef
 from tests.support.process import wait_until
 from tests.support.snapshots import snapshot
 from tests.support.subscribers import RecordingSubscriber
@@ -77,14 +70,14 @@ def test_attribution_failure_keeps_the_sample():
         raise RuntimeError("bug")
 
     def jobs(snapshot):
-        return replace(snapshot, jobs={GPU.uuid: ("42",)})
+        return replace(snapshot, jobs={GPU.uuid: (JobRef("42"),)})
 
     pipeline = Pipeline(SnapshotStore(), _never, timings=Timings.from_interval(10.0),
                         stages=(broken, jobs))
     pipeline.publish_sample(_snap(7))
     latest = pipeline.store.latest
     # the failing stage's part is left out; the sample and the next stage's part are kept
-    assert latest.seq == 7 and latest.pods is None and latest.jobs == {GPU.uuid: ("42",)}
+    assert latest.seq == 7 and latest.pods is None and latest.jobs == {GPU.uuid: (JobRef("42"),)}
 
 
 

@@ -32,14 +32,8 @@ from otel_gpu._log import LogLimiter
 from otel_gpu.attribute.container.cgroup import container_id
 from otel_gpu.attribute.container.runtime import RuntimeState
 from otel_gpu.attribute.k8s.processes import CGROUP_MAX_BYTES, MAX_PIDS, usage_order, usage_row
-from otel_gpu.snapshot import (
-    ContainerRef,
-    Containers,
-    ContainerStats,
-    PodUsage,
-    ProcessUsage,
-    Snapshot,
-)
+from otel_gpu.snapshot import Containers, ContainerStats, PodUsage, ProcessUsage, Snapshot
+from otel_gpu.workload import ContainerRef
 
 log = logging.getLogger(__name__)
 

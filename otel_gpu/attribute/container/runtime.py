@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from otel_gpu._log import LogLimiter
-from otel_gpu.snapshot import ContainerRef, ContainerStats
+from otel_gpu.snapshot import ContainerStats
+from otel_gpu.workload import ContainerRef
 
 log = logging.getLogger(__name__)
 

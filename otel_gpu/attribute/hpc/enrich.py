@@ -25,6 +25,7 @@ from otel_gpu._log import LogLimiter
 from otel_gpu.attribute.hpc.mapping import DeviceKey, MappingWatcher
 from otel_gpu.attribute.hpc.slurm import SlurmJobs
 from otel_gpu.snapshot import Device, Snapshot
+from otel_gpu.workload import JobRef
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ class JobEnricher:
     ) -> None:
         self.mapping = mapping
         self.slurm = slurm
-        self._last: tuple[int, Mapping[str, tuple[str, ...]]] | None = None
+        self._last: tuple[int, Mapping[str, tuple[JobRef, ...]]] | None = None
         self._limited = LogLimiter(log, 3600.0, clock=clock)
 
     def process(self, snapshot: Snapshot) -> Snapshot:
@@ -74,7 +75,7 @@ class JobEnricher:
             self._last = (snapshot.seq, jobs)
         return replace(snapshot, jobs=self._last[1])
 
-    def _read(self, snapshot: Snapshot) -> Mapping[str, tuple[str, ...]]:
+    def _read(self, snapshot: Snapshot) -> Mapping[str, tuple[JobRef, ...]]:
         found: dict[str, set[str]] = {}
         if self.mapping is not None:
             files = self.mapping.jobs()
@@ -99,7 +100,7 @@ class JobEnricher:
                     job = owners.get(proc.pid)
                     if job is not None:
                         found.setdefault(sample.device.uuid, set()).add(job)
-        out: dict[str, tuple[str, ...]] = {}
+        out: dict[str, tuple[JobRef, ...]] = {}
         for uuid, jobs in found.items():
             ordered = sorted(jobs, key=job_order)
             if len(ordered) > MAX_JOBS_PER_DEVICE:
@@ -107,7 +108,7 @@ class JobEnricher:
                                   "%d HPC jobs on %s: only the first %d are shown",
                                   len(ordered), uuid, MAX_JOBS_PER_DEVICE)
                 ordered = ordered[:MAX_JOBS_PER_DEVICE]
-            out[uuid] = tuple(ordered)
+            out[uuid] = tuple(JobRef(job) for job in ordered)
         return MappingProxyType(out)
 
 

@@ -33,16 +33,8 @@ from otel_gpu.attribute.k8s.device_ids import (
     parse_dra_device,
 )
 from otel_gpu.attribute.k8s.kubelet_answer import Allocation, PodResourcesState
-from otel_gpu.snapshot import (
-    AllocationRow,
-    Attribution,
-    Device,
-    Holder,
-    NumaAlignment,
-    PodRef,
-    ResourceSummary,
-    UnresolvedId,
-)
+from otel_gpu.snapshot import Attribution, Device, ResourceSummary, UnresolvedId
+from otel_gpu.workload import Holder, NumaAlignment, PodRef
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +42,8 @@ PodUids = Callable[[str, str], "str | None"]
 """(namespace, pod name) -> the pod's UID, where the node's files say it."""
 
 __all__ = [
-    "AllocationRow",
     "Attribution",
     "Attributor",
-    "Holder",
-    "NumaAlignment",
     "ResourceSummary",
     "UnresolvedId",
     "attribute",

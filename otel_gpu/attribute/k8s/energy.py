@@ -59,7 +59,8 @@ from typing import TypeVar
 
 from otel_gpu._log import LogLimiter
 from otel_gpu.sample.sources import ENERGY, GPM_SM_ACTIVE
-from otel_gpu.snapshot import Attribution, DeviceSample, Owner, PodEnergy, PodUsage, Snapshot
+from otel_gpu.snapshot import Attribution, DeviceSample, PodEnergy, PodUsage, Snapshot
+from otel_gpu.workload import Owner
 
 log = logging.getLogger(__name__)
 

@@ -43,15 +43,8 @@ from otel_gpu.attribute.k8s.energy import EnergyLedger
 from otel_gpu.attribute.k8s.kubelet_answer import PodResourcesState
 from otel_gpu.attribute.k8s.processes import PodLogIndex, ProcessMapper, join_usage
 from otel_gpu.attribute.k8s.source import PodSource
-from otel_gpu.snapshot import (
-    Attribution,
-    KubeletStats,
-    PodRef,
-    Pods,
-    PodUsage,
-    Snapshot,
-    UnresolvedId,
-)
+from otel_gpu.snapshot import Attribution, KubeletStats, Pods, PodUsage, Snapshot, UnresolvedId
+from otel_gpu.workload import PodRef
 
 if TYPE_CHECKING:  # imports gRPC
     from otel_gpu.attribute.k8s.attribution import Attributor

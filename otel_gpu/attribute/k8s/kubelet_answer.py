@@ -1,7 +1,7 @@
 """The kubelet's Pod Resources answer, typed: what one ``List`` says about GPUs.
 
 The parsed protobuf is turned into :class:`Allocation` rows here, once per
-answer, each carrying the container's :class:`~otel_gpu.snapshot.PodRef`
+answer, each carrying the container's :class:`~otel_gpu.workload.PodRef`
 made from the pod's entry; that same reference is what the attribution's
 holders, allocation rows and every output name the container with. Nothing
 here imports gRPC or the protobuf runtime (the messages are only read), so
@@ -14,8 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, NamedTuple
 
 from otel_gpu.attribute.k8s.device_ids import ResourceFilter
-from otel_gpu.snapshot import PodRef
-from otel_gpu.workload import HeldByPod
+from otel_gpu.workload import HeldByPod, PodRef
 
 if TYPE_CHECKING:
     from otel_gpu.attribute.k8s._proto.podresources.v1 import api_pb2 as v1_pb2

@@ -42,7 +42,8 @@ from pathlib import Path
 
 from otel_gpu._files import FileError, read_text
 from otel_gpu._log import LogLimiter
-from otel_gpu.snapshot import Attribution, DeviceSample, Owner, PodRef, PodUsage, ProcessUsage
+from otel_gpu.snapshot import Attribution, DeviceSample, PodUsage, ProcessUsage
+from otel_gpu.workload import Owner, PodRef
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +230,7 @@ class PodLogIndex:
 
 
 class ProcessMapper:
-    """PID -> the container running it (:class:`~otel_gpu.snapshot.PodRef`), from files.
+    """PID -> the container running it (:class:`~otel_gpu.workload.PodRef`), from files.
 
     ``proc_root`` is where the host's processes are visible (``/proc`` with
     ``hostPID: true``); ``log_root`` the kubelet's ``/var/log/pods``

@@ -7,13 +7,8 @@ from types import MappingProxyType
 from otel_gpu.attribute.container.enrich import ContainerEnricher, container_enricher
 from otel_gpu.attribute.container.runtime import RuntimeState
 from otel_gpu.attribute.enrich import Enricher, Enrichers
-from otel_gpu.snapshot import (
-    Attribution,
-    ContainerRef,
-    Pods,
-    PodUsage,
-    ProcessUsage,
-)
+from otel_gpu.snapshot import Attribution, Pods, PodUsage, ProcessUsage
+from otel_gpu.workload import ContainerRef
 from tests.support.snapshots import GPU0, GPU1, gpu_device, sample, snapshot
 from tests.support.sources import StaticRuntime
 

@@ -11,7 +11,7 @@ import pytest
 
 from otel_gpu.attribute.container import runtime as rt
 from otel_gpu.attribute.container.runtime import EMPTY, RuntimeWatch, image_name
-from otel_gpu.snapshot import ContainerRef
+from otel_gpu.workload import ContainerRef
 from tests.support.container_runtime import FakeRuntime, docker_container
 
 A = "a" * 64

@@ -20,16 +20,21 @@ from otel_gpu.config import load
 from otel_gpu.export.naming.dcgm import DcgmProfile, default_columns
 from otel_gpu.export.naming.exposition import render
 from otel_gpu.export.otlp import PodResourceExporter
-from otel_gpu.instrument.attributes import HPC_JOB, pod_attributes
 from otel_gpu.sample.library import Nvml
 from otel_gpu.snapshot import ProcessUsage
 from otel_gpu.wiring import sample_once
+from otel_gpu.workload import HPC_JOB_ID, JobRef
 from tests.support.exporters import RecordingExporter
 from tests.support.exposition import series
 from tests.support.snapshots import GPU0, GPU1, GPU2, MIG_A, MIG_B, MIG_C, sample, sample_node
 from tests.support.snapshots import snapshot as make_snapshot
 
 SLURM = "0::/system.slice/slurmstepd.scope/job_{job}/step_0/user/task_0\n"
+
+
+def refs(*ids: str) -> tuple[JobRef, ...]:
+    """The jobs a device carries, by id, in order."""
+    return tuple(JobRef(job) for job in ids)
 
 
 def _node_snapshot(seq: int = 1, processes: dict[str, tuple[int, ...]] | None = None):
@@ -58,7 +63,7 @@ def test_files_name_gpus_by_index_and_mig_instances_by_gpu_instance(tmp_path):
     (tmp_path / "1.3").write_text("1103\n")
     snap = JobEnricher(MappingWatcher(tmp_path)).process(_node_snapshot())
     assert dict(snap.jobs) == {
-        GPU0: ("1001",), GPU1: ("1100",), MIG_B: ("1102", "1103"), MIG_C: ("1103",)}
+        GPU0: refs("1001"), GPU1: refs("1100"), MIG_B: refs("1102", "1103"), MIG_C: refs("1103")}
     assert snap.series_jobs(MIG_A) == ()  # a MIG instance does not take its GPU's file
     assert snap.series_jobs(GPU2) == ()
 
@@ -71,7 +76,7 @@ def test_cgroups_name_the_jobs_of_each_devices_processes_without_a_file(tmp_path
     _proc(proc, 14, "0::/user.slice/user-1000.slice/session-3.scope\n")
     snap = _node_snapshot(processes={GPU0: (11, 12), MIG_A: (13,), GPU2: (14,)})
     out = JobEnricher(slurm=SlurmJobs(proc)).process(snap)
-    assert dict(out.jobs) == {GPU0: ("2001", "2002"), MIG_A: ("2001",)}
+    assert dict(out.jobs) == {GPU0: refs("2001", "2002"), MIG_A: refs("2001")}
 
 
 def test_both_sources_are_merged_sorted_once_each(tmp_path):
@@ -82,7 +87,7 @@ def test_both_sources_are_merged_sorted_once_each(tmp_path):
     stage = job_enricher(str(tmp_path / "map"), str(tmp_path / "proc"), processes=True)
     assert stage is not None
     out = stage.process(_node_snapshot(processes={GPU0: (11, 12)}))
-    assert out.jobs[GPU0] == ("998", "1001", "abc")
+    assert out.jobs[GPU0] == refs("998", "1001", "abc")
     assert sorted(["10", "9", "b", "a", "100"], key=job_order) == ["9", "10", "100", "a", "b"]
 
 
@@ -97,8 +102,8 @@ def test_read_once_per_sample_and_reused_for_republications(tmp_path):
     first = stage.process(_node_snapshot(seq=1))
     (tmp_path / "0").write_text("1002\n")
     again = stage.process(_node_snapshot(seq=1))  # the kubelet thread re-publishing sample 1
-    assert again.jobs is first.jobs and first.jobs[GPU0] == ("1001",)
-    assert stage.process(_node_snapshot(seq=2)).jobs[GPU0] == ("1002",)
+    assert again.jobs is first.jobs and first.jobs[GPU0] == refs("1001")
+    assert stage.process(_node_snapshot(seq=2)).jobs[GPU0] == refs("1002")
 
 
 def test_a_file_naming_no_device_is_said_and_its_jobs_dropped(tmp_path, caplog):
@@ -119,20 +124,20 @@ def test_jobs_per_device_are_bounded(tmp_path, monkeypatch):
     monkeypatch.setattr(enrich, "MAX_JOBS_PER_DEVICE", 3)
     (tmp_path / "0").write_text("".join(f"{n}\n" for n in range(10, 0, -1)))
     joined = JobEnricher(MappingWatcher(tmp_path)).process(_node_snapshot())
-    assert joined.jobs[GPU0] == ("1", "2", "3")
+    assert joined.jobs[GPU0] == refs("1", "2", "3")
 
 
 def test_a_bug_keeps_the_last_jobs_and_never_raises(tmp_path, caplog):
     (tmp_path / "0").write_text("1001\n")
     stage = JobEnricher(MappingWatcher(tmp_path))
-    assert stage.process(_node_snapshot(seq=1)).jobs[GPU0] == ("1001",)
+    assert stage.process(_node_snapshot(seq=1)).jobs[GPU0] == refs("1001")
 
     def broken():
         raise RuntimeError("boom")
 
     stage.mapping.jobs = broken  # type: ignore[union-attr]
     with caplog.at_level(logging.ERROR, logger="otel_gpu.attribute.hpc.enrich"):
-        assert stage.process(_node_snapshot(seq=2)).jobs[GPU0] == ("1001",)
+        assert stage.process(_node_snapshot(seq=2)).jobs[GPU0] == refs("1001")
     assert _said(caplog) == ["reading HPC jobs failed; keeping the jobs last read"]
 
 
@@ -141,16 +146,15 @@ def test_a_bug_keeps_the_last_jobs_and_never_raises(tmp_path, caplog):
 
 def _with_jobs(jobs: dict[str, tuple[str, ...]]):
     return make_snapshot(*(sample(d, values={"temp.gpu": 40.0}) for d in sample_node()),
-                         jobs=MappingProxyType(jobs))
+                         jobs=MappingProxyType({uuid: refs(*ids) for uuid, ids in jobs.items()}))
 
 
 def test_the_otel_attribute_names_every_job_on_one_series():
     snap = _with_jobs({GPU0: ("1001",), GPU2: ("1002", "1003")})
-    devices = {d.uuid: d for d in sample_node()}
-    assert pod_attributes(snap, devices[GPU0]) == {HPC_JOB: "1001"}
-    assert pod_attributes(snap, devices[GPU2]) == {HPC_JOB: "1002,1003"}
-    assert pod_attributes(snap, devices[MIG_A]) == {}
-    assert pod_attributes(make_snapshot(sample(devices[GPU0])), devices[GPU0]) == {}
+    assert snap.workload_attributes(GPU0) == {HPC_JOB_ID: "1001"}
+    assert snap.workload_attributes(GPU2) == {HPC_JOB_ID: "1002,1003"}
+    assert snap.workload_attributes(MIG_A) == {}
+    assert make_snapshot(sample(sample_node()[0])).workload_attributes(GPU0) == {}
 
 
 def test_dcgm_has_hpc_job_and_a_copy_per_job_as_dcgm_exporter_does():
@@ -170,8 +174,8 @@ def test_otlp_sends_each_jobs_series_under_a_job_resource():
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader], resource=node)
     provider.get_meter("otel_gpu").create_observable_gauge("hw.power", [lambda o: [
-        Observation(300.0, {"hw.id": "GPU-0", HPC_JOB: "1001"}),
-        Observation(200.0, {"hw.id": "GPU-1", HPC_JOB: "1001"}),
+        Observation(300.0, {"hw.id": "GPU-0", HPC_JOB_ID: "1001"}),
+        Observation(200.0, {"hw.id": "GPU-1", HPC_JOB_ID: "1001"}),
         Observation(100.0, {"hw.id": "GPU-2"}),
     ]], unit="W")
     data = reader.get_metrics_data()
@@ -179,13 +183,13 @@ def test_otlp_sends_each_jobs_series_under_a_job_resource():
     inner = RecordingExporter()
     out = PodResourceExporter(inner, node).regroup(data)
     assert inner.exported == []  # regrouped only
-    groups = {rm.resource.attributes.get(HPC_JOB): rm for rm in out.resource_metrics}
+    groups = {rm.resource.attributes.get(HPC_JOB_ID): rm for rm in out.resource_metrics}
     assert set(groups) == {None, "1001"}
     job = groups["1001"]
     assert job.resource.attributes["host.name"] == "gpu-07"
     points = [p for sm in job.scope_metrics for m in sm.metrics for p in m.data.data_points]
     assert sorted(dict(p.attributes)["hw.id"] for p in points) == ["GPU-0", "GPU-1"]
-    assert all(HPC_JOB not in p.attributes for p in points)
+    assert all(HPC_JOB_ID not in p.attributes for p in points)
     assert out.resource_metrics[0] is groups[None]
 
 
@@ -208,7 +212,7 @@ def test_check_shows_the_jobs_of_both_sources_on_bare_metal(fake_nvml, tmp_path)
                    "proc_root": str(tmp_path / "proc"),
                    "hpc_job_mapping_dir": str(tmp_path / "map")}, environ={})
     snap = sample_once(config, nvml)
-    assert dict(snap.jobs) == {GPU0: ("3000",), GPU1: ("3001",)}
+    assert dict(snap.jobs) == {GPU0: refs("3000"), GPU1: refs("3001")}
     assert snap.pods is None
 
 
@@ -216,4 +220,4 @@ def test_a_mig_instance_without_a_gpu_instance_id_never_takes_its_gpus_file(tmp_
     (tmp_path / "1").write_text("1100\n")
     devices = [copy(d, gpu_instance_id=None) if d.uuid == MIG_A else d for d in sample_node()]
     snap = make_snapshot(*(sample(d) for d in devices))
-    assert dict(JobEnricher(MappingWatcher(tmp_path)).process(snap).jobs) == {GPU1: ("1100",)}
+    assert dict(JobEnricher(MappingWatcher(tmp_path)).process(snap).jobs) == {GPU1: refs("1100")}

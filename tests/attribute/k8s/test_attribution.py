@@ -12,9 +12,7 @@ from otel_gpu.attribute.k8s._proto.podresources.v1 import api_pb2 as v1_pb2
 from otel_gpu.attribute.k8s.attribution import (
     NO_SUCH_DEVICE,
     UNKNOWN_FORMAT,
-    AllocationRow,
     Attributor,
-    Holder,
     ResourceSummary,
     UnresolvedId,
     attribute,
@@ -29,7 +27,7 @@ from otel_gpu.attribute.k8s.podresources import (
     allocatable_from_v1,
     allocations_from_v1,
 )
-from otel_gpu.snapshot import PodRef
+from otel_gpu.workload import AllocationRow, Holder, PodRef
 from tests.support.kubelet import (
     FakeKubelet,
     claim,

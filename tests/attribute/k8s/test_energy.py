@@ -13,14 +13,8 @@ from otel_gpu.attribute.k8s.enrich import PodEnricher
 from otel_gpu.attribute.k8s.kubelet_answer import Allocation, PodResourcesState
 from otel_gpu.instrument.catalog import CATALOG
 from otel_gpu.sample.sources import ENERGY, GPM_SM_ACTIVE
-from otel_gpu.snapshot import (
-    Attribution,
-    Holder,
-    PodEnergy,
-    PodRef,
-    Pods,
-    PodUsage,
-)
+from otel_gpu.snapshot import Attribution, PodEnergy, Pods, PodUsage
+from otel_gpu.workload import Holder, PodRef
 from tests.support.kubelet import FakePodSource
 from tests.support.snapshots import GPU0, GPU1, MIG_A, MIG_B, gpu_device, mig_device, sample
 from tests.support.snapshots import snapshot as make_snapshot

@@ -10,7 +10,7 @@ import pytest
 
 from otel_gpu.attribute.k8s.enrich import PodEnricher
 from otel_gpu.attribute.k8s.kubelet_answer import Allocation, PodResourcesState
-from otel_gpu.snapshot import PodRef
+from otel_gpu.workload import PodRef
 from tests.support.clock import FakeClock
 from tests.support.kubelet import FakePodSource
 from tests.support.snapshots import GPU0, gpu_device, sample, snapshot

@@ -22,7 +22,7 @@ from otel_gpu.attribute.k8s.podresources import (
     allocatable_from_v1,
     allocations_from_v1,
 )
-from otel_gpu.snapshot import PodRef
+from otel_gpu.workload import PodRef
 from tests.support.kubelet import (
     V1_ALLOCATABLE,
     V1_GET,

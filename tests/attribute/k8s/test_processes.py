@@ -22,7 +22,8 @@ from otel_gpu.attribute.k8s.processes import (
 )
 from otel_gpu.sim.node import write_node
 from otel_gpu.sim.scenario import ContainerSpec, NodeSpec, PodSpec
-from otel_gpu.snapshot import Attribution, Holder, PodRef, ProcessUsage
+from otel_gpu.snapshot import Attribution, ProcessUsage
+from otel_gpu.workload import Holder, PodRef
 from tests.support.clock import FakeClock
 from tests.support.kubelet import FakePodSource
 from tests.support.mappers import CountingMapper

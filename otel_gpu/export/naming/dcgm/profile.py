@@ -157,7 +157,7 @@ class DcgmProfile:
         jobs = snapshot.series_jobs(sample.device.uuid)
         if not jobs:
             return copies
-        return [{**labels, HPC_JOB_LABEL: job} for labels in copies for job in jobs]
+        return [{**labels, HPC_JOB_LABEL: job.job_id} for labels in copies for job in jobs]
 
     # values
 
