@@ -109,3 +109,49 @@ def test_logs_off_with_otel_logs_exporter_none(collector, receiver, tmp_path):
     proc.stop()
     assert receiver.log_requests == []
     assert "GPU events are not sent" in proc.log
+
+
+TRAINER = "3f4e5d6c7b8a99887766554433221100ffeeddccbbaa00112233445566778899"
+CONTAINER_KEYS = ("container.id", "container.name", "container.image.name")
+
+
+@pytest.mark.slow  # seconds of real time (many samples, a real receiver): not in the quick loop
+def test_an_xid_on_a_gpu_a_docker_container_uses_arrives_under_the_containers_resource(
+        collector, receiver, tmp_path):
+    """No Kubernetes: a Docker container alone on a GPU names the GPU's series, and the XID
+    record of that GPU arrives under the same container Resource as its metrics."""
+    from tests.support.container_runtime import FakeRuntime, docker_container
+
+    scenario = tmp_path / "docker.yaml"
+    scenario.write_text(textwrap.dedent(f"""
+        driver_version: "550.90.07"
+        devices:
+          - name: NVIDIA A10
+            uuid: {HELD}
+            memory: {{total: 25769803776, used: 2147483648}}
+            processes:
+              - {{pid: 501, used_memory: 2147483648, sm: 60, memory_util: 15}}
+            xid: [{{sample: {XID_AT}, code: 13}}]
+    """))
+    proc_root = tmp_path / "proc"
+    (proc_root / "501").mkdir(parents=True)
+    (proc_root / "501" / "cgroup").write_text(f"0::/system.slice/docker-{TRAINER}.scope\n")
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.http_endpoint, **FAST}
+    with FakeRuntime() as runtime:
+        runtime.set_containers([docker_container(TRAINER, "trainer", "pytorch/pytorch:2.3.1")])
+        proc = collector("--simulate", str(scenario), "--kubelet-socket",
+                         str(tmp_path / "no-kubelet.sock"), "--process-usage", "true",
+                         "--proc-root", str(proc_root), "--container-socket",
+                         runtime.socket_path, env=env, interval="0.25")
+        (xid,) = receiver.wait_for_logs(lambda r: r.event_name == "nvidia.gpu.xid", timeout=60)
+        req = receiver.wait_for(lambda r: any(
+            row.metric == "hw.gpu.memory.usage" and row.resource.get("container.name")
+            for row in r.rows()), timeout=30)[-1]
+        proc.stop()
+    (gpu,) = [r for r in req.rows() if r.metric == "hw.gpu.memory.usage"]
+    expected = {"container.id": TRAINER, "container.name": "trainer",
+                "container.image.name": "pytorch/pytorch"}
+    assert {k: gpu.resource.get(k) for k in CONTAINER_KEYS} == expected
+    assert {k: xid.resource.get(k) for k in CONTAINER_KEYS} == expected
+    assert not set(CONTAINER_KEYS) & set(xid.attributes)  # the Resource's, not the record's
+    assert xid.attributes["hw.id"] == HELD and xid.attributes["nvidia.gpu.xid"] == 13
