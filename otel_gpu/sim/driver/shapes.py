@@ -151,8 +151,9 @@ def _walk(obj: Any, out: list[Cell], top: bool) -> None:
                         _walk(rows[i], out, False)
             elif name in PROTOCOL:
                 continue
-            elif isinstance(ctype, type) and issubclass(ctype, (ctypes.Structure, ctypes.Union)):
-                _walk(getattr(obj, name), out, False)
+            elif isinstance(ctype, type) and issubclass(ctype, (ctypes.Structure, ctypes.Union,
+                                                                ctypes.Array)):
+                _walk(getattr(obj, name), out, False)  # an array: of entries, or text
             elif (isinstance(ctype, type) and issubclass(ctype, ctypes._SimpleCData)
                   and _type_code(ctype) in _INTS + _FLOATS):
                 out.append(Cell(obj, name, ctype))
