@@ -2,8 +2,8 @@
 # The wheels a GPU machine without network needs to run the real-GPU check
 # (docs/device-check.md), downloaded into .whl/ where PyPI is reachable.
 #
-# The machine has Python 3.12 with torch, cupy, nvidia-ml-py, grpcio, protobuf,
-# prometheus-client, PyYAML and psutil; everything else the project needs (its
+# The machine has Python 3.12 with torch, cupy, grpcio, prometheus-client, PyYAML and
+# psutil; everything else the project needs (its
 # dependencies, nvitop-exporter for the cost comparison, and what they require, walked
 # from each wheel's Requires-Dist for CPython 3.12 on Linux x86_64) is downloaded here,
 # one version of each (the version this checkout's virtual environment has, where it has
@@ -14,7 +14,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
-PRESENT=${PRESENT:-"nvidia-ml-py grpcio protobuf prometheus-client pyyaml psutil torch cupy"}
+# protobuf travels: the kubelet's generated code asks for the runtime it was generated with
+# (7.35 or newer), newer than the one GPU images tend to carry; nvidia-ml-py too, so that the
+# binding on the GPU is the one the tests ran (a few hundred KiB).
+PRESENT=${PRESENT:-"grpcio prometheus-client pyyaml psutil torch cupy"}
 EXTRA=${EXTRA:-"nvitop-exporter"}
 grep -qxF '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
 rm -rf .whl && mkdir -p .whl
