@@ -1786,10 +1786,13 @@ def run(opts: Options, argv: list[str]) -> Result:
             loads.append(Load(opts.load_seconds, opts.load_gib))
             result.load["engine"] = loads[0].wait_ready()
             pids.append(new_pid(reader, target, known))
-            loaded = phase("load", after=idle.count, flags_move=True,
-                           until=lambda body: (_one(parse(body), "hw_gpu_utilization",
-                                                    hw_id=target, hw_gpu_task="general")
-                                               or 0) > 0.5)
+            _, busy, _ = collector.fresh(
+                after=idle.count, deadline_s=60.0,
+                until=lambda body: (_one(parse(body), "hw_gpu_utilization", hw_id=target,
+                                         hw_gpu_task="general") or 0) > 0.5)
+            # The GPM window of the first sample to show the load began before the load did
+            # (0.39 SM activity on an H200 where the load held 0.96): the next one lies in it.
+            loaded = phase("load", after=busy, flags_move=True)
             load_rows(result, idle, loaded, target)
             compare_smi(result, "load", collector, uuids)
         elif sim:
