@@ -70,9 +70,9 @@ def measure(node_name: str, repeat: int) -> dict[str, float]:
 
     from otel_gpu import sim
     from otel_gpu.export.collected import CollectingReader
-    from otel_gpu.export.otlp import PodResourceExporter
-    from otel_gpu.export.otlp_encode import Encoder
-    from otel_gpu.export.prometheus_text import TextWriter
+    from otel_gpu.export.otlp.encode import Encoder
+    from otel_gpu.export.otlp.metrics import PodResourceExporter
+    from otel_gpu.export.prometheus.text import TextWriter
     from otel_gpu.instrument.catalog import all_sources
     from otel_gpu.instrument.telemetry import build_meter_provider, build_resource
     from otel_gpu.sample.library import Nvml

@@ -25,9 +25,9 @@ from otel_gpu.config import Config
 from otel_gpu.errors import SetupError
 from otel_gpu.export import exporters, naming, sdk_env
 from otel_gpu.export.collected import CollectingReader
-from otel_gpu.export.events import EventDetector, EventSubscriber
-from otel_gpu.export.prometheus import MetricsServer, RenderCache, new_reader
-from otel_gpu.export.webconfig import load_web_config
+from otel_gpu.export.events.detector import EventDetector, EventSubscriber
+from otel_gpu.export.prometheus.endpoint import MetricsServer, RenderCache, new_reader
+from otel_gpu.export.prometheus.webconfig import load_web_config
 from otel_gpu.instrument.cardinality import CardinalityGuard
 from otel_gpu.instrument.catalog import CATALOG, all_sources
 from otel_gpu.instrument.telemetry import Telemetry, build_resource
@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # gRPC is imported only once a kubelet socket exists
     from otel_gpu.attribute.hpc.enrich import JobEnricher
     from otel_gpu.attribute.k8s.enrich import PodEnricher
     from otel_gpu.attribute.k8s.podresources import PodResourcesWatcher
-    from otel_gpu.export.otlp_logs import EventLog  # the SDK's logs: with OTLP only
+    from otel_gpu.export.otlp.logs import EventLog  # the SDK's logs: with OTLP only
 
 log = logging.getLogger(__name__)
 

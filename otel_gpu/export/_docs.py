@@ -15,7 +15,7 @@ __all__ = ["markdown", "migration", "prometheus_name", "text_table"]
 
 def documented() -> tuple[Metric, ...]:
     """Every row the endpoint can serve: the catalog's and the GPU event detector's."""
-    from otel_gpu.export.events import EventDetector  # after naming, which imports this
+    from otel_gpu.export.events.detector import EventDetector  # after naming, which imports this
 
     return (*CATALOG, *EventDetector().metrics())
 

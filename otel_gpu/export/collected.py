@@ -3,7 +3,7 @@
 Each reader of a MeterProvider makes the SDK run every instrument callback
 again. :class:`CollectingReader` collects only when asked (right after a
 publication, on the publishing thread) and keeps the result, so that the
-Prometheus body and the OTLP push (:mod:`otel_gpu.export.push`) are
+Prometheus body and the OTLP push (:mod:`otel_gpu.export.otlp.push`) are
 written from one collection of one snapshot.
 """
 

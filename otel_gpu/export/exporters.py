@@ -18,10 +18,10 @@ from opentelemetry.sdk.resources import Resource
 from otel_gpu.errors import SetupError
 from otel_gpu.export import sdk_env
 from otel_gpu.export.collected import CollectingReader
-from otel_gpu.export.otlp_transport import OtlpRows, OtlpSettings, endpoint_configured
+from otel_gpu.export.otlp.transport import OtlpRows, OtlpSettings, endpoint_configured
 
 if TYPE_CHECKING:
-    from otel_gpu.export.otlp_logs import EventLog
+    from otel_gpu.export.otlp.logs import EventLog
 
 
 class Rows(OtlpRows, Protocol):
@@ -92,23 +92,23 @@ class OtlpExporter:
         return endpoint_configured(self.settings, self._environ)
 
     def validate(self) -> None:
-        from otel_gpu.export import otlp, otlp_logs
+        from otel_gpu.export.otlp import logs, metrics
 
         sdk_env.check_otlp(self._environ)
-        otlp.validate(self.settings, self._environ)
-        otlp_logs.validate(self.settings, self._environ)  # GPU events go where metrics go
+        metrics.validate(self.settings, self._environ)
+        logs.validate(self.settings, self._environ)  # GPU events go where metrics go
 
     def readers(self, resource: Resource, source: CollectingReader) -> list[MetricReader]:
-        from otel_gpu.export import otlp
+        from otel_gpu.export.otlp import metrics
 
-        return [otlp.build_reader(self.settings, resource, self._environ, source)]
+        return [metrics.build_reader(self.settings, resource, self._environ, source)]
 
     def event_log(self, resource: Resource) -> EventLog | None:
         """The GPU events' logs pipeline (made once; None with ``OTEL_LOGS_EXPORTER=none``)."""
-        from otel_gpu.export import otlp_logs
+        from otel_gpu.export.otlp import logs
 
         if self._events is None:
-            self._events = otlp_logs.build_event_log(self.settings, resource, self._environ)
+            self._events = logs.build_event_log(self.settings, resource, self._environ)
         return self._events
 
     def stop(self, timeout_s: float) -> None:

@@ -15,8 +15,8 @@ that changes what otel-gpu does is checked here at start-up:
   sees it unset and uses that default.
 
 ``OTEL_EXPORTER_OTLP_*`` endpoints, headers and TLS files are checked by
-:mod:`otel_gpu.export.otlp_transport`; ``OTEL_LOGS_EXPORTER`` by
-:mod:`otel_gpu.export.otlp_logs`.
+:mod:`otel_gpu.export.otlp.transport`; ``OTEL_LOGS_EXPORTER`` by
+:mod:`otel_gpu.export.otlp.logs`.
 """
 
 from __future__ import annotations

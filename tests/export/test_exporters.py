@@ -7,7 +7,7 @@ import pytest
 from otel_gpu.config import load
 from otel_gpu.errors import SetupError
 from otel_gpu.export import exporters
-from otel_gpu.export.otlp_transport import OtlpSetupError
+from otel_gpu.export.otlp.transport import OtlpSetupError
 
 
 def test_the_registry_names_what_the_exporters_setting_accepts():

@@ -333,7 +333,7 @@ def test_rebuild_sizes_the_limit_for_pods_that_arrived():
 
 
 def test_one_render_reads_one_snapshot_even_if_a_publish_lands_in_the_middle():
-    from otel_gpu.export.prometheus import new_reader
+    from otel_gpu.export.prometheus.endpoint import new_reader
     from otel_gpu.instrument.telemetry import Telemetry
 
     def sample_of(watts: float, seq: int):
@@ -368,8 +368,8 @@ def test_one_render_reads_one_snapshot_even_if_a_publish_lands_in_the_middle():
 def test_otlp_pushes_the_renders_collection_and_pins_its_own_to_one_snapshot():
     import math
 
-    from otel_gpu.export.prometheus import new_reader
-    from otel_gpu.export.push import OtlpPush
+    from otel_gpu.export.otlp.push import OtlpPush
+    from otel_gpu.export.prometheus.endpoint import new_reader
     from otel_gpu.instrument.telemetry import Telemetry
     from tests.support.exporters import RecordingExporter
 

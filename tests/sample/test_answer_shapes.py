@@ -45,7 +45,7 @@ import pynvml
 import pytest
 
 from otel_gpu import sim
-from otel_gpu.export.prometheus import new_reader
+from otel_gpu.export.prometheus.endpoint import new_reader
 from otel_gpu.instrument.telemetry import build_meter_provider, build_resource
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import Sampler

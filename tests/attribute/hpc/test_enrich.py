@@ -19,7 +19,7 @@ from otel_gpu.attribute.hpc.slurm import SlurmJobs
 from otel_gpu.config import load
 from otel_gpu.export.naming.dcgm import DcgmProfile, default_columns
 from otel_gpu.export.naming.exposition import render
-from otel_gpu.export.otlp import PodResourceExporter
+from otel_gpu.export.otlp.metrics import PodResourceExporter
 from otel_gpu.sample.library import Nvml
 from otel_gpu.snapshot import ProcessUsage
 from otel_gpu.wiring import sample_once

@@ -24,7 +24,7 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from otel_gpu.export.otlp_encode import Encoder, use_cached_encoding
+from otel_gpu.export.otlp.encode import Encoder, use_cached_encoding
 from tests.support.metrics_data import DELTA, data, gauge, point, total
 
 

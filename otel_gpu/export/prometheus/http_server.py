@@ -20,7 +20,7 @@ One thread per connection, and:
 - the listen backlog is the system's maximum (``net.core.somaxconn``).
 
 What is served is the subclass's: :class:`BoundedHandler` routes nothing;
-:mod:`otel_gpu.export.prometheus` adds ``/metrics`` and the health paths.
+:mod:`otel_gpu.export.prometheus.endpoint` adds ``/metrics`` and the health paths.
 """
 
 from __future__ import annotations

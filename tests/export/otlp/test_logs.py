@@ -7,8 +7,8 @@ from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.sdk._logs.export import LogRecordExporter
 from opentelemetry.sdk.resources import Resource
 
-from otel_gpu.export.events import ERROR, INFO, Event
-from otel_gpu.export.otlp_logs import (
+from otel_gpu.export.events.detector import ERROR, INFO, Event
+from otel_gpu.export.otlp.logs import (
     EventLog,
     PodResourceLogExporter,
     build_event_log,
@@ -16,7 +16,7 @@ from otel_gpu.export.otlp_logs import (
     logs_enabled,
     validate,
 )
-from otel_gpu.export.otlp_transport import ATTRIBUTES, OtlpSettings, OtlpSetupError
+from otel_gpu.export.otlp.transport import ATTRIBUTES, OtlpSettings, OtlpSetupError
 from tests.support.exporters import RecordingLogExporter
 from tests.support.otlp_receiver import OtlpReceiver
 

@@ -6,7 +6,7 @@ from types import MappingProxyType
 
 import pytest
 
-from otel_gpu.export import events as ev
+from otel_gpu.export.events import detector as ev
 from otel_gpu.export.naming import xid as xids
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import Sampler

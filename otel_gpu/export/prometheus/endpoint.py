@@ -21,7 +21,7 @@ as a prometheus_client exporter pays on every scrape), after which the
 publications render again. No scrape is served a body more than one
 publication behind.
 
-The server is :mod:`otel_gpu.export.http_server`'s, with its bounds against
+The server is :mod:`otel_gpu.export.prometheus.http_server`'s, with its bounds against
 clients that misbehave.
 """
 
@@ -35,23 +35,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from otel_gpu._log import LogLimiter
-from otel_gpu.export.basic_auth import AuthBusy, BasicAuth
 from otel_gpu.export.collected import CollectingReader
-from otel_gpu.export.http_server import (
+from otel_gpu.export.prometheus.basic_auth import AuthBusy, BasicAuth
+from otel_gpu.export.prometheus.http_server import (
     HEAD_TIMEOUT_S,
     MAX_CONNECTIONS,
     RESPONSE_TIMEOUT_S,
     BoundedHandler,
     BoundedServer,
     describe,
-    listen_backlog,
     where,
 )
-from otel_gpu.export.prometheus_text import TextWriter
-from otel_gpu.export.webconfig import WebConfig
-
-__all__ = ["CONTENT_TYPE", "HEAD_TIMEOUT_S", "MAX_CONNECTIONS", "RESPONSE_TIMEOUT_S",
-           "MetricsServer", "RenderCache", "listen_backlog", "new_reader"]
+from otel_gpu.export.prometheus.text import TextWriter
+from otel_gpu.export.prometheus.webconfig import WebConfig
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +61,7 @@ def new_reader() -> tuple[CollectingReader, Callable[[], bytes]]:
     """A reader collecting on demand, and the function rendering one collection of it.
 
     The text is what the OpenTelemetry Prometheus exporter would write for the
-    same collection (:mod:`otel_gpu.export.prometheus_text`), without scope
+    same collection (:mod:`otel_gpu.export.prometheus.text`), without scope
     labels (``otel_scope_name=...`` would repeat one constant on every series).
     """
     reader = CollectingReader()

@@ -4,11 +4,11 @@ The OpenTelemetry SDK gives one MeterProvider one Resource. To make each
 pod's GPU series arrive as *that pod's* telemetry, :class:`PodResourceExporter`
 regroups every export: data points carrying ``k8s.pod.name`` (and namespace
 and container) travel in a ``ResourceMetrics`` of their own whose Resource is
-the node's plus the pod's attributes (:mod:`otel_gpu.export.workload`), with
+the node's plus the pod's attributes (:mod:`otel_gpu.export.otlp.resources`), with
 those attributes taken off the points. Everything else stays under the node's
 Resource.
 
-Endpoint, headers, TLS and compression are :mod:`otel_gpu.export.otlp_transport`'s,
+Endpoint, headers, TLS and compression are :mod:`otel_gpu.export.otlp.transport`'s,
 shared with the logs; retries and every standard ``OTEL_EXPORTER_OTLP_*``
 variable not set by otel-gpu are the SDK exporters' own.
 """
@@ -44,29 +44,17 @@ from opentelemetry.util.types import AttributeValue
 
 from otel_gpu._log import LogLimiter
 from otel_gpu.export.collected import CollectingReader
-from otel_gpu.export.otlp_transport import (
-    ATTRIBUTES,
+from otel_gpu.export.otlp.push import OtlpPush, cumulative
+from otel_gpu.export.otlp.resources import CACHE, Key, WorkloadResources
+from otel_gpu.export.otlp.transport import (
     GRPC,
-    HTTP,
-    PROTOCOLS,
     RESOURCE,
     OtlpSettings,
     OtlpSetupError,
     Transport,
-    endpoint_configured,
-    read_headers_file,
     resolve,
-    resolve_protocol,
 )
-from otel_gpu.export.push import OtlpPush, cumulative
-from otel_gpu.export.workload import CACHE, Key, WorkloadResources
 from otel_gpu.workload import WORKLOAD_ATTRIBUTES
-
-__all__ = [
-    "ATTRIBUTES", "GRPC", "HTTP", "PROTOCOLS", "RESOURCE", "OtlpSettings", "OtlpSetupError",
-    "PodResourceExporter", "build_exporter", "build_reader", "endpoint_configured",
-    "read_headers_file", "report_partial_success", "resolve_protocol", "validate",
-]
 
 log = logging.getLogger(__name__)
 
@@ -129,14 +117,14 @@ def build_reader(
     """The reader pushing over OTLP (interval: setting, else OTEL_METRIC_EXPORT_INTERVAL).
 
     With a ``source`` and a cumulative exporter, it pushes the source's
-    collections (:class:`~otel_gpu.export.push.OtlpPush`: one SDK collection
+    collections (:class:`~otel_gpu.export.otlp.push.OtlpPush`: one SDK collection
     per cycle for Prometheus and OTLP); otherwise, for delta temporality, it is
     the SDK's periodic reader, collecting by itself.
     """
     exporter = build_exporter(settings, environ)
     shared = source if source is not None and cumulative(exporter) else None
     if shared is not None:  # the same series each push: their attributes encoded once
-        from otel_gpu.export.otlp_encode import use_cached_encoding  # protobuf: OTLP only
+        from otel_gpu.export.otlp.encode import use_cached_encoding  # protobuf: OTLP only
 
         use_cached_encoding(exporter)
     if settings.pod_identity == RESOURCE:

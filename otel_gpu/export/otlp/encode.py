@@ -8,7 +8,7 @@ encoder for gauges and sums, remembering each attribute set's encoded
 attributes (bounded); a collection holding anything else (histograms,
 exemplars) goes to the SDK's encoder whole. :func:`use_cached_encoding` puts
 it under the SDK's gRPC and HTTP exporters where their shape is the known
-one; elsewhere they keep their own. ``tests/export/test_otlp_encode.py``
+one; elsewhere they keep their own. ``tests/export/otlp/test_encode.py``
 holds it to the SDK's encoder.
 """
 

@@ -12,8 +12,9 @@ from opentelemetry.sdk.metrics.export import (
 )
 
 from otel_gpu.export.collected import CollectingReader
-from otel_gpu.export.otlp import OtlpSettings, build_reader
-from otel_gpu.export.push import OtlpPush, cumulative
+from otel_gpu.export.otlp.metrics import build_reader
+from otel_gpu.export.otlp.push import OtlpPush, cumulative
+from otel_gpu.export.otlp.transport import OtlpSettings
 from otel_gpu.instrument.telemetry import build_meter_provider, build_resource
 from otel_gpu.snapshot import OK, Device, DeviceSample
 from tests.support.exporters import RecordingExporter

@@ -19,9 +19,11 @@ import bcrypt
 import pytest
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
-from otel_gpu.export import prometheus
-from otel_gpu.export.prometheus import MetricsServer, RenderCache, listen_backlog
-from otel_gpu.export.webconfig import BasicAuth, WebConfig
+from otel_gpu.export.prometheus import http_server
+from otel_gpu.export.prometheus.basic_auth import BasicAuth
+from otel_gpu.export.prometheus.endpoint import MetricsServer, RenderCache
+from otel_gpu.export.prometheus.http_server import listen_backlog
+from otel_gpu.export.prometheus.webconfig import WebConfig
 from tests.support.certs import make_certs
 from tests.support.process import connections_left_waiting, http_get, wait_until
 
@@ -352,8 +354,8 @@ def test_too_many_password_checks_at_once_is_a_503(serve, monkeypatch):
 
 
 def test_the_module_bounds(registry):
-    assert prometheus.MAX_CONNECTIONS == 64
-    assert prometheus.HEAD_TIMEOUT_S == 10.0
+    assert http_server.MAX_CONNECTIONS == 64
+    assert http_server.HEAD_TIMEOUT_S == 10.0
     srv = MetricsServer(("127.0.0.1", 0), None, lambda: (True, "ready"))
     try:
         assert (srv.max_connections, srv.head_timeout) == (64, 10.0)

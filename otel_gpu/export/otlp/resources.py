@@ -1,7 +1,7 @@
 """One workload's Resource: the node's, plus the pod (and HPC job) a point or record names.
 
-Shared by the OTLP metrics (:class:`~otel_gpu.export.otlp.PodResourceExporter`)
-and logs (:class:`~otel_gpu.export.otlp_logs.PodResourceLogExporter`), so that
+Shared by the OTLP metrics (:class:`~otel_gpu.export.otlp.metrics.PodResourceExporter`)
+and logs (:class:`~otel_gpu.export.otlp.logs.PodResourceLogExporter`), so that
 an event arrives under exactly the Resource of its pod's metrics.
 """
 

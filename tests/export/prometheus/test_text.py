@@ -25,8 +25,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from otel_gpu.export.collected import CollectingReader
-from otel_gpu.export.prometheus import new_reader
-from otel_gpu.export.prometheus_text import TextWriter
+from otel_gpu.export.prometheus.endpoint import new_reader
+from otel_gpu.export.prometheus.text import TextWriter
 from otel_gpu.instrument.telemetry import build_meter_provider, build_resource
 from otel_gpu.snapshot import FAILED, OK, Attribution, Device, DeviceSample, Pods
 from otel_gpu.workload import Holder, PodRef
@@ -230,7 +230,7 @@ def test_the_collector_no_longer_imports_the_prometheus_client():
     import subprocess
     import sys
 
-    code = ("import sys, otel_gpu.wiring, otel_gpu.export.prometheus_text; "
+    code = ("import sys, otel_gpu.wiring, otel_gpu.export.prometheus.text; "
             "print([m for m in sys.modules if m.startswith(('prometheus_client', "
             "'opentelemetry.exporter.prometheus'))])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

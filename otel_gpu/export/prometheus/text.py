@@ -20,7 +20,7 @@ collection's Resource; scope labels (``otel_scope_*``) only when asked.
 Values are written as the Prometheus Python client writes them. Histograms
 and exponential histograms are not written (the collector has none); one is
 logged and left out. Neither prometheus_client nor the exporter is imported
-at run time; ``tests/export/test_prometheus_text.py`` holds the writer to
+at run time; ``tests/export/prometheus/test_text.py`` holds the writer to
 the real exporter's output, byte for byte.
 """
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from opentelemetry.sdk.resources import Resource
 
-from otel_gpu.export.workload import WorkloadResources
+from otel_gpu.export.otlp.resources import WorkloadResources
 from otel_gpu.workload import HPC_JOB_ID
 
 NODE = Resource({"service.name": "otel-gpu", "k8s.node.name": "node-1"})

@@ -14,13 +14,14 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from otel_gpu.export.webconfig import AuthBusy, BasicAuth, WebConfigError, load_web_config
+from otel_gpu.export.prometheus.basic_auth import AuthBusy, BasicAuth
+from otel_gpu.export.prometheus.webconfig import WebConfigError, load_web_config
 from tests.support.certs import make_certs
 from tests.support.process import wait_until
 
 HASH = "$2y$04$M2UWofadSVoe.odNCgCnAObPhE4MtJTbiEpAgWqtCnY1Ez/Zh5dD."
 """bcrypt of s3cret at cost 4, fixed: test ids built from it must be the same in every process."""
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "web-config.yml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "web-config.yml"
 
 
 def _basic(user: str, password: str) -> str:

@@ -1,4 +1,4 @@
-"""OTLP logs: GPU events (:mod:`otel_gpu.export.events`) as OpenTelemetry log records.
+"""OTLP logs: GPU events (:mod:`otel_gpu.export.events.detector`) as OpenTelemetry log records.
 
 The SDK's LoggerProvider, a BatchLogRecordProcessor (bounded queue, its own
 export thread) and the SDK's OTLP log exporter, over the transport the metrics
@@ -7,11 +7,11 @@ variables are read as the SDK reads them (``OTEL_EXPORTER_OTLP_LOGS_*``, else
 ``OTEL_EXPORTER_OTLP_*``); with neither a logs nor a generic endpoint, logs
 follow ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``. ``OTEL_LOGS_EXPORTER=none``
 turns logs off. Every setting is checked at start-up by
-:mod:`otel_gpu.export.otlp_transport`, the transport the metrics use too.
+:mod:`otel_gpu.export.otlp.transport`, the transport the metrics use too.
 
 The SDK's encoder groups records by their ``resource``: :class:`PodResourceLogExporter`
 gives each record whose attributes name a pod the node's Resource plus that
-pod (:mod:`otel_gpu.export.workload`, as for the metrics), so an event
+pod (:mod:`otel_gpu.export.otlp.resources`, as for the metrics), so an event
 arrives beside the pod's metrics. No handler is attached
 to Python's logging: the collector's own log lines stay on stderr only.
 """
@@ -35,8 +35,9 @@ from opentelemetry.sdk._logs.export import (
 from opentelemetry.sdk.resources import Resource
 
 from otel_gpu import __version__
-from otel_gpu.export.events import ERROR, FATAL, INFO, WARN, Event
-from otel_gpu.export.otlp_transport import (
+from otel_gpu.export.events.detector import ERROR, FATAL, INFO, WARN, Event
+from otel_gpu.export.otlp.resources import Key, WorkloadResources
+from otel_gpu.export.otlp.transport import (
     GRPC,
     LOGS,
     RESOURCE,
@@ -45,7 +46,6 @@ from otel_gpu.export.otlp_transport import (
     Transport,
     resolve,
 )
-from otel_gpu.export.workload import Key, WorkloadResources
 from otel_gpu.workload import WORKLOAD_ATTRIBUTES
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ def validate(settings: OtlpSettings, environ: Mapping[str, str]) -> None:
 
 def build_exporter(settings: OtlpSettings, environ: Mapping[str, str]) -> LogRecordExporter:
     """The SDK's OTLP log exporter for the metrics' transport; a bad setting raises
-    :class:`~otel_gpu.export.otlp_transport.OtlpSetupError` naming it."""
+    :class:`~otel_gpu.export.otlp.transport.OtlpSetupError` naming it."""
     transport = resolve(settings, environ, LOGS)
     try:
         return _sdk_exporter(transport)

@@ -11,7 +11,7 @@ hold for some consecutive samples to start and be gone for some to end, so a
 flapping value is one episode, not one record per sample. A sample yields at
 most ``max_events`` events; the rest are counted in :attr:`EventDetector.dropped`.
 
-Nothing here exports: the records go out through :mod:`otel_gpu.export.otlp_logs`.
+Nothing here exports: the records go out through :mod:`otel_gpu.export.otlp.logs`.
 :class:`EventSubscriber` runs the detector on the publishing thread, as a
 subscriber of the publish loop.
 """

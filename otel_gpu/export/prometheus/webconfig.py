@@ -41,9 +41,6 @@ from typing import Any, NoReturn
 
 from otel_gpu._files import FileError, load_yaml, read_bytes
 from otel_gpu.errors import SetupError
-from otel_gpu.export.basic_auth import MAX_PASSWORD_BYTES as MAX_PASSWORD_BYTES
-from otel_gpu.export.basic_auth import AuthBusy as AuthBusy
-from otel_gpu.export.basic_auth import BasicAuth as BasicAuth
 
 log = logging.getLogger(__name__)
 

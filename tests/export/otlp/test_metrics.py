@@ -13,17 +13,15 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 
 from otel_gpu.config import load
-from otel_gpu.export.otlp import (
+from otel_gpu.export.otlp.metrics import PodResourceExporter, build_exporter, validate
+from otel_gpu.export.otlp.transport import (
     RESOURCE,
     OtlpSettings,
     OtlpSetupError,
-    PodResourceExporter,
-    build_exporter,
     read_headers_file,
+    resolve,
     resolve_protocol,
-    validate,
 )
-from otel_gpu.export.otlp_transport import resolve
 from otel_gpu.wiring import choose_exporters
 from tests.support.certs import make_certs
 from tests.support.exporters import RecordingExporter

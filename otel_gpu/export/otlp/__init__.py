@@ -1,0 +1,2 @@
+"""The OTLP exporter: one transport for metrics and logs, their encoding, the push, and one
+Resource per workload."""
