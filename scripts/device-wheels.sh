@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The wheels a GPU machine without network needs to run the real-GPU check
-# (docs/device-check.md), downloaded into .whl/ where PyPI is reachable.
+# (docs/device-check/README.md), downloaded into .whl/ where PyPI is reachable.
 #
 # The machine has Python 3.12 with torch, cupy, grpcio, prometheus-client, PyYAML and
 # psutil; everything else the project needs (its

@@ -3,7 +3,7 @@
 
 The check lives in :mod:`benchmarks.device_check` (it reuses the benchmark's launcher,
 baselines and the tests' fake kubelet); this wrapper runs it from the repository root
-so that the old path keeps working. See docs/device-check.md.
+so that the old path keeps working. See docs/device-check/README.md.
 """
 
 from __future__ import annotations
