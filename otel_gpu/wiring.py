@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from opentelemetry.sdk.metrics.export import MetricReader
 
-from otel_gpu.attribute.enrich import Bounded, Enricher
+from otel_gpu.attribute.enrich import Bounded, Enricher, Watched
 from otel_gpu.config import Config
 from otel_gpu.errors import SetupError
 from otel_gpu.export import exporters, naming, sdk_env
@@ -145,16 +145,16 @@ def sample_once(config: Config, nvml: Nvml) -> Snapshot:
     if config.pod_attribution:
         enrich = pod_enricher(config)
         try:
-            if enrich.watcher.poll_once():
+            if enrich.refresh():
                 snapshot = _once(enrich, "pod", snapshot)
         finally:
-            enrich.watcher.stop()
+            enrich.stop()
     jobs = job_enricher(config)
     if jobs is not None:
         snapshot = _once(jobs, "HPC job", snapshot)
     containers = container_enricher(config)
     if containers is not None:
-        containers.source.poll_once()
+        containers.refresh()
         snapshot = _once(containers, "container", snapshot)
     return snapshot
 
@@ -283,6 +283,9 @@ class Service:
             self.enricher = pod_enricher(config, on_update=self.pipeline.pods_changed)
         self.jobs = job_enricher(config)
         self.containers = container_enricher(config)
+        # Those whose source is asked on a thread of its own: started and stopped alike.
+        self.watched: tuple[Watched, ...] = tuple(
+            stage for stage in (self.enricher, self.containers) if stage is not None)
         # Each on a thread of its own, waited for as long as a GPU's reads: a file read
         # that never returns costs the attributes, never the sampling.
         named = (("pod", self.enricher), ("HPC job", self.jobs), ("container", self.containers))
@@ -307,10 +310,8 @@ class Service:
         self.server.start()
         if self.health_server is not None:
             self.health_server.start()
-        if self.enricher is not None:
-            self.enricher.watcher.start()
-        if self.containers is not None:
-            self.containers.source.start()
+        for watched in self.watched:
+            watched.start()
         self.pipeline.start()
         host, _ = self.config.listen
         scheme = "https" if self.server.tls is not None else "http"
@@ -331,10 +332,8 @@ class Service:
         self.server.stop()
         if self.health_server is not None:
             self.health_server.stop()
-        if self.enricher is not None:
-            self.enricher.watcher.stop()
-        if self.containers is not None:
-            self.containers.source.stop()
+        for watched in self.watched:
+            watched.stop()
         idle = self.pipeline.stop(timeout=0.5) and not self.sampler.busy()
         for stage in self.stages:
             stage.close()

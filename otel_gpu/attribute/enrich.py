@@ -5,7 +5,9 @@ workloads attached (pods, HPC jobs, containers outside Kubernetes), as
 dcgm-exporter's ``Transform`` does. :class:`Enrichers` runs the configured
 ones in order; the publish loop sees one of them and nothing else.
 :class:`Bounded` runs one on a thread of its own, so that a read of its that
-never returns cannot hold the sampling of any GPU.
+never returns cannot hold the sampling of any GPU. An enricher whose source is
+asked in the background (the kubelet, the container runtime) is a
+:class:`Watched` one: the service starts, stops and asks each alike.
 """
 
 from __future__ import annotations
@@ -32,6 +34,36 @@ class Enricher(Protocol):
     must not raise for bad input from its source."""
 
     def process(self, snapshot: Snapshot) -> Snapshot: ...
+
+
+class Polled(Protocol):
+    """A source asked in the background (:class:`~otel_gpu.attribute.watch.SocketWatch`
+    and what waits for one)."""
+
+    def poll_once(self) -> bool: ...
+
+    def start(self) -> None: ...
+
+    def stop(self, timeout: float = 2.0) -> None: ...
+
+
+class Watched:
+    """Base of the enrichers whose source (``watcher``) is asked on a thread of its own: the
+    service starts and stops them, and ``check`` asks them once, all through these three."""
+
+    watcher: Polled
+
+    def start(self) -> None:
+        """Start asking the source in the background."""
+        self.watcher.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Stop asking; waits at most ``timeout`` for the thread."""
+        self.watcher.stop(timeout)
+
+    def refresh(self) -> bool:
+        """Ask the source once, now (what ``check`` shows); whether it answered."""
+        return self.watcher.poll_once()
 
 
 class Enrichers:

@@ -31,6 +31,7 @@ from otel_gpu._files import FileError, read_text
 from otel_gpu._log import LogLimiter
 from otel_gpu.attribute.container.cgroup import container_id
 from otel_gpu.attribute.container.runtime import RuntimeState
+from otel_gpu.attribute.enrich import Watched
 from otel_gpu.attribute.k8s.processes import CGROUP_MAX_BYTES, MAX_PIDS, usage_order, usage_row
 from otel_gpu.snapshot import Containers, ContainerStats, PodUsage, ProcessUsage, Snapshot
 from otel_gpu.workload import ContainerRef
@@ -54,26 +55,27 @@ class ContainerSource(Protocol):
     def stop(self, timeout: float = 2.0) -> None: ...
 
 
-class ContainerEnricher:
+class ContainerEnricher(Watched):
     """Sets :attr:`~otel_gpu.snapshot.Snapshot.containers`
-    (an :class:`~otel_gpu.attribute.enrich.Enricher`)."""
+    (an :class:`~otel_gpu.attribute.enrich.Enricher`, started and stopped as a
+    :class:`~otel_gpu.attribute.enrich.Watched` one)."""
 
     def __init__(
         self,
-        source: ContainerSource,
+        watcher: ContainerSource,
         proc_root: str | os.PathLike[str] = "/proc",
         *,
         max_pids: int = MAX_PIDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.source = source
+        self.watcher: ContainerSource = watcher
         self.proc_root = Path(proc_root)
         self._max_pids = max_pids
         self._last: tuple[int, Containers] | None = None
         self._limited = LogLimiter(log, 3600.0, clock=clock)
 
     def process(self, snapshot: Snapshot) -> Snapshot:
-        state = self.source.state
+        state = self.watcher.state
         if state is None:
             return snapshot
         if self._last is None or self._last[0] != snapshot.seq:
@@ -100,7 +102,7 @@ class ContainerEnricher:
             rows.extend(usage_row(sample.device.uuid, ref, procs, sample.process_utilization)
                         for ref, procs in groups.items())
         rows.sort(key=usage_order)
-        return Containers(MappingProxyType(devices), tuple(rows), self.source.stats)
+        return Containers(MappingProxyType(devices), tuple(rows), self.watcher.stats)
 
     def _ids(self, pids: Iterable[int]) -> dict[int, str]:
         """The container id of each PID in one (read once per sample, bounded)."""

@@ -28,14 +28,12 @@ import os
 import random as _random
 import re
 import socket
-import stat
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from otel_gpu._log import LogLimiter
+from otel_gpu.attribute.watch import Lines, SocketWatch, Unanswered
 from otel_gpu.snapshot import ContainerStats
 from otel_gpu.workload import ContainerRef
 
@@ -158,11 +156,25 @@ class RuntimeState:
 EMPTY = RuntimeState()
 
 
-class RuntimeWatch:
-    """Polls the runtime's socket and publishes :attr:`state` (None while there is no socket).
+LINES = Lines(
+    what="container runtime",
+    absent="container attribution off: no container runtime socket at %(path)s (picked up if "
+           "it appears; mount it read-only to name containers)",
+    first="naming containers outside Kubernetes from the runtime socket %(path)s",
+    back="naming containers outside Kubernetes from the runtime socket %(path)s",
+    gone="container runtime socket %(path)s is gone: container attribution is off until it "
+         "is back",
+    failed="container runtime socket %(path)s: %(reason)s; containers keep the names last "
+           "read for %(grace).0fs; retrying in %(delay).1fs",
+    dropped="the container runtime at %(path)s has not answered for %(elapsed).0fs (the grace "
+            "period): containers keep their ids only until it answers again",
+)
 
-    ``clock`` (monotonic seconds) and ``random`` (uniform in [0, 1)) are injectable so
-    tests drive time and jitter.
+
+class RuntimeWatch(SocketWatch[RuntimeState | None, str]):
+    """Polls the runtime's socket (:class:`~otel_gpu.attribute.watch.SocketWatch`) and
+    publishes :attr:`state`: None while there is no socket, :data:`EMPTY` once failures
+    outlast the grace period. Its requests are counted by outcome (``ok``, ``error``).
     """
 
     def __init__(
@@ -180,122 +192,28 @@ class RuntimeWatch:
     ) -> None:
         if interval <= 0 or timeout <= 0:
             raise ValueError("interval and timeout must be positive")
-        self.socket_path = os.fspath(socket_path)
-        self.interval = float(interval)
         self.timeout = float(timeout)
-        self.grace_period = float(grace_period)
-        self.backoff_cap = float(backoff_cap)
         self.max_bytes = max_bytes
-        self._clock = clock
-        self._random = random
-        self._limited = LogLimiter(log, log_interval, clock=clock)
-        # Published together: (state or None, monotonic time failures started or None).
-        self._current: tuple[RuntimeState | None, float | None] = (None, None)
-        self._present: bool | None = None
-        self._failures = 0
-        self._requests: dict[str, int] = {}
-        self._stats_lock = threading.Lock()
-        self.next_delay = self.interval
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    @property
-    def state(self) -> RuntimeState | None:
-        """The containers the runtime named; None where there is no runtime socket.
-        Lock-free: read on every sample."""
-        state, failing_since = self._current
-        if (state is not None and failing_since is not None
-                and self._clock() - failing_since >= self.grace_period):
-            return EMPTY
-        return state
+        # The first retry waits up to an interval: a failing runtime is asked no more often.
+        super().__init__(socket_path, self._ask, lines=LINES, log=log,
+                         name="otel-gpu-containers", initial=None, empty=EMPTY,
+                         off_without_socket=True, interval=interval,
+                         grace_period=grace_period, backoff_base=min(interval, backoff_cap),
+                         backoff_cap=backoff_cap, clock=clock, random=random,
+                         log_interval=log_interval)
 
     @property
     def stats(self) -> ContainerStats:
         state = self.state
-        with self._stats_lock:
-            requests = dict(self._requests)
-        return ContainerStats(MappingProxyType(requests),
-                              len(state.containers) if state is not None else 0,
-                              self._present)
+        return ContainerStats(self.requests, len(state.containers) if state is not None else 0,
+                              self.socket_present)
 
-    def start(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="otel-gpu-containers",
-                                        daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 2.0) -> None:
-        self._stop.set()
-        thread, self._thread = self._thread, None
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.poll_once()
-            except Exception:  # noqa: BLE001 - a bug, not the runtime's trouble: never die
-                self._limited.log("bug", logging.ERROR, "container runtime poller error",
-                                  exc_info=True)
-                self.next_delay = self.backoff_cap
-            self._stop.wait(self.next_delay)
-
-    def poll_once(self) -> bool:
-        """Ask the runtime once, now; whether it answered well."""
-        if not self._socket_there():
-            self._current = (None, None)
-            self.next_delay = self.interval
-            return False
+    def _ask(self) -> RuntimeState:
+        """``GET /containers/json``, once."""
         try:
             containers = parse_containers(fetch(self.socket_path, self.timeout, self.max_bytes))
         except RuntimeAnswerError as exc:
-            self._failed(str(exc))
-            return False
-        self._count("ok")
-        self._current = (RuntimeState(MappingProxyType({c.id: c for c in containers}),
-                                      self._clock()), None)
-        if self._failures:
-            log.info("the container runtime at %s answers again", self.socket_path)
-        self._failures = 0
-        self.next_delay = self.interval
-        return True
-
-    def _count(self, outcome: str) -> None:
-        with self._stats_lock:
-            self._requests[outcome] = self._requests.get(outcome, 0) + 1
-
-    def _failed(self, reason: str) -> None:
-        self._count("error")
-        self._failures += 1
-        state, failing_since = self._current
-        now = self._clock()
-        self._current = (state if state is not None else EMPTY,
-                         failing_since if failing_since is not None else now)
-        ceiling = min(self.backoff_cap, self.interval * 2.0 ** min(self._failures - 1, 10))
-        self.next_delay = max(0.01, ceiling * self._random())
-        self._limited.log("failed", logging.WARNING,
-                          "container runtime socket %s: %s; containers keep the names last "
-                          "read for %.0fs; retrying in %.1fs", self.socket_path, reason,
-                          self.grace_period, self.next_delay)
-
-    def _socket_there(self) -> bool:
-        """Whether a socket is at the path; one line each time that changes."""
-        try:
-            present = stat.S_ISSOCK(os.stat(self.socket_path).st_mode)
-        except OSError:
-            present = False
-        before, self._present = self._present, present
-        if present != before:
-            if present:
-                log.info("naming containers outside Kubernetes from the runtime socket %s",
-                         self.socket_path)
-            elif before is None:
-                log.info("container attribution off: no container runtime socket at %s "
-                         "(picked up if it appears; mount it read-only to name containers)",
-                         self.socket_path)
-            else:
-                log.warning("container runtime socket %s is gone: container attribution is "
-                            "off until it is back", self.socket_path)
-        return present
+            self.count("error")
+            raise Unanswered(str(exc)) from None
+        self.count("ok")
+        return RuntimeState(MappingProxyType({c.id: c for c in containers}), self.clock())

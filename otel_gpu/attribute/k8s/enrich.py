@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -39,10 +39,12 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from otel_gpu._log import ChangeLimiter, LogLimiter
+from otel_gpu.attribute.enrich import Watched
 from otel_gpu.attribute.k8s.energy import EnergyLedger
 from otel_gpu.attribute.k8s.kubelet_answer import PodResourcesState
 from otel_gpu.attribute.k8s.processes import PodLogIndex, ProcessMapper, join_usage
-from otel_gpu.attribute.k8s.source import PodSource
+from otel_gpu.attribute.k8s.source import LINES, PodSource
+from otel_gpu.attribute.watch import Loop, backoff
 from otel_gpu.snapshot import Attribution, KubeletStats, Pods, PodUsage, Snapshot, UnresolvedId
 from otel_gpu.workload import PodRef
 
@@ -55,6 +57,8 @@ log = logging.getLogger(__name__)
 EXAMPLES = 3
 """Unmatched ids quoted in the summary line."""
 SUMMARY_EVERY_S = 60.0
+BUILD_BACKOFF_CAP_S = 300.0
+"""The longest wait between two tries at building a watcher that failed (a bug)."""
 _ID_CHARS = 80
 
 
@@ -97,8 +101,8 @@ class KubeletWatch:
         """Set once, by :meth:`start`, the waiting thread or :meth:`poll_once`."""
         self._checks = 0
         self._said_absent = False
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._build_failures = 0
+        self._wait = Loop("otel-gpu-kubelet-wait", self._look, self._build_failed)
         self._limited = LogLimiter(log, 60.0)
 
     def _ensure(self, *, late: bool = False) -> PodResourcesWatcher | None:
@@ -107,14 +111,11 @@ class KubeletWatch:
                 self._checks += 1
                 if not self._said_absent:
                     self._said_absent = True
-                    log.info("pod attribution off: no kubelet socket at %s (picked up if it "
-                             "appears; in a container, mount its directory, not the socket "
-                             "file)", self.socket_path)
+                    log.info(LINES.absent, {"path": self.socket_path})
                 return None
             self.watcher = self._build()
             if late:
-                log.info("kubelet pod-resources socket %s is available: pod attribution on",
-                         self.socket_path)
+                log.info(LINES.back, {"path": self.socket_path})
         return self.watcher
 
     @property
@@ -136,40 +137,39 @@ class KubeletWatch:
         if watcher is not None:
             watcher.start()
             return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._wait, name="otel-gpu-kubelet-wait",
-                                        daemon=True)
-        self._thread.start()
+        self._wait.start(first_wait=self.interval)
 
-    def _wait(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                watcher = self._ensure(late=True)
-            except Exception:  # noqa: BLE001 - a bug must not end the wait
-                self._limited.log("build", logging.ERROR,
-                                  "starting the kubelet pod-resources watcher failed",
-                                  exc_info=True)
-                continue
-            if watcher is not None:
-                if not self._stop.is_set():
-                    watcher.start()
-                return
+    def _look(self) -> float | None:
+        """One look of the waiting thread: the wait before the next, or None once the
+        watcher is built (and started, unless stopping)."""
+        watcher = self._ensure(late=True)
+        if watcher is None:
+            return self.interval
+        if not self._wait.stopping:
+            watcher.start()
+        return None
+
+    def _build_failed(self) -> float:
+        """A bug building the watcher: said (rate-limited), tried again after a backoff."""
+        self._build_failures += 1
+        self._limited.log("build", logging.ERROR,
+                          "starting the kubelet pod-resources watcher failed", exc_info=True)
+        cap = max(BUILD_BACKOFF_CAP_S, self.interval)
+        return backoff(self._build_failures, self.interval, cap, random.random())
 
     def poll_once(self) -> bool:
         watcher = self._ensure()
         return watcher is not None and watcher.poll_once()
 
     def stop(self, timeout: float = 2.0) -> None:
-        self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
+        self._wait.stop(timeout)
         if self.watcher is not None:
             self.watcher.stop(timeout)
 
 
-class PodEnricher:
-    """The pod stage (an :class:`~otel_gpu.attribute.enrich.Enricher`): attaches
+class PodEnricher(Watched):
+    """The pod stage (an :class:`~otel_gpu.attribute.enrich.Enricher`, started and stopped as
+    a :class:`~otel_gpu.attribute.enrich.Watched` one): attaches
     :class:`~otel_gpu.snapshot.Pods` to snapshots; cheap when nothing changed.
 
     ``pod_dirs`` (the kubelet's pod log directories; the process mapper's when
@@ -188,7 +188,7 @@ class PodEnricher:
         processes: ProcessMapper | None = None,
         pod_dirs: PodLogIndex | None = None,
     ) -> None:
-        self.watcher = watcher
+        self.watcher: PodSource = watcher
         self.processes = processes
         self.pod_dirs = pod_dirs if pod_dirs is not None or processes is None \
             else processes.index

@@ -1,8 +1,10 @@
-"""What the pod stage reads from the kubelet: the :class:`PodSource` Protocol.
+"""What the pod stage reads from the kubelet: the :class:`PodSource` Protocol, and what
+its watcher says (:data:`LINES`).
 
 The real source is :class:`~otel_gpu.attribute.k8s.enrich.KubeletWatch` (which
 builds the gRPC poller, :class:`~otel_gpu.attribute.k8s.podresources.PodResourcesWatcher`,
-once a socket exists); tests hand the stage a double with the same shape.
+once a socket exists); tests hand the stage a double with the same shape. The lines
+are here, beside no gRPC, because the waiting watcher says the first of them.
 """
 
 from __future__ import annotations
@@ -10,7 +12,26 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from otel_gpu.attribute.k8s.kubelet_answer import PodResourcesState
+from otel_gpu.attribute.watch import Lines
 from otel_gpu.snapshot import KubeletStats
+
+LINES = Lines(
+    what="pod-resources",
+    started="polling the kubelet pod-resources API at %(path)s every %(interval)g s for pod "
+            "attribution",
+    absent="pod attribution off: no kubelet socket at %(path)s (picked up if it appears; in a "
+           "container, mount its directory, not the socket file)",
+    not_socket="kubelet pod-resources socket %(path)s is not a socket: pod attribution is off "
+               "until it is (mount its directory into the container, not the socket file)",
+    back="kubelet pod-resources socket %(path)s is available: pod attribution on",
+    gone="kubelet pod-resources socket %(path)s disappeared (kubelet restart?); keeping the "
+         "last pod attribution for %(grace).0fs",
+    failed="pod-resources on %(path)s: %(reason)s; keeping the last pod attribution for the "
+           "grace period (%(grace).0fs); retrying in %(delay).1fs",
+    dropped="pod-resources unavailable for %(elapsed).0fs (grace period): dropping pod "
+            "attribution until the kubelet answers again",
+)
+"""What the kubelet's watchers say, in the words an operator of a Kubernetes node knows."""
 
 
 @runtime_checkable

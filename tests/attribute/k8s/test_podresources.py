@@ -494,7 +494,7 @@ def test_stop_is_prompt_even_during_a_call(kubelet: FakeKubelet) -> None:
     w = watcher(kubelet, timeout=5.0)
     w.start()
     assert kubelet.wait_for_calls(V1_LIST, 1)
-    thread = w._thread
+    thread = w.thread
     t0 = time.monotonic()
     w.stop()
     assert time.monotonic() - t0 < 1.0
