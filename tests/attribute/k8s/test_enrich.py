@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 import tracemalloc
 
 import pytest
@@ -159,3 +160,39 @@ def test_the_real_sources_and_the_double_are_pod_sources(tmp_path):
         assert isinstance(source, PodSource), source
     assert waiting.state is None and not waiting.poll_once()  # no socket: nothing yet
     assert isinstance(PodEnricher(waiting, tmp_path), Enricher)
+
+
+def test_the_waiting_watcher_builds_once_something_is_there_and_retries_a_failed_build(
+        tmp_path, caplog):
+    """Absent: one line, no gRPC; a build that fails (a bug) is one error line and tried
+    again after a backoff; once built, the watcher is started and the wait ends."""
+    from otel_gpu.attribute.k8s.enrich import KubeletWatch
+    from tests.support.process import wait_until
+
+    path = tmp_path / "kubelet.sock"
+    built = FakePodSource()
+    tries = []
+
+    def build():
+        tries.append(1)
+        if len(tries) < 3:
+            raise RuntimeError("bug")
+        return built
+
+    waiting = KubeletWatch(path, build, interval=0.01)
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        waiting.start()
+        try:
+            assert wait_until(lambda: waiting.stats.socket_present is False, 10, "a look")
+            path.write_text("")  # something at the path
+            assert wait_until(lambda: built.started, 10, "the watcher started")
+            assert wait_until(lambda: not any(t.name == "otel-gpu-kubelet-wait"
+                                              for t in threading.enumerate()), 10, "the end")
+        finally:
+            waiting.stop()
+    assert waiting.watcher is built and len(tries) == 3 and not built.started
+    lines = [r for r in caplog.records if r.name == LOGGER]
+    assert [r.levelno for r in lines] == [logging.INFO, logging.ERROR, logging.INFO]
+    assert lines[0].getMessage().startswith(f"pod attribution off: no kubelet socket at {path}")
+    assert lines[1].exc_info is not None
+    assert lines[2].getMessage().endswith("is available: pod attribution on")
