@@ -3,10 +3,11 @@
 Docker and Podman (``podman system service``) answer ``GET /containers/json``
 on a unix socket with the running containers: each one's ``Id``, ``Names``
 (``/name``) and ``Image`` (the reference it was started from). That is all
-otel-gpu asks, and never on a scrape: :class:`RuntimeWatch` asks on a daemon
-thread every ``interval``, turns the answer into an immutable
-:class:`RuntimeState` and swaps it in; readers only read
-:attr:`RuntimeWatch.state`, as they do the kubelet's.
+otel-gpu asks, and never on a scrape: :class:`RuntimeWatch` is the socket
+watcher the kubelet's is (:class:`~otel_gpu.attribute.watch.SocketWatch`)
+with this module's protocol as its fetch: it asks every ``interval``, turns
+the answer into an immutable :class:`RuntimeState` and swaps it in; readers
+only read :attr:`RuntimeWatch.state`, as they do the kubelet's.
 
 Everything read is bounded: the answer's size (:data:`MAX_REPLY_BYTES`),
 its duration (``timeout``, for the whole exchange, however slowly the bytes
@@ -15,8 +16,8 @@ the reply must be UTF-8 JSON of the documented shape. A bad answer or a
 failed call is one rate-limited line, retried with a backoff (full jitter),
 and the last good state is kept for ``grace_period`` before it is dropped.
 No socket at the path means the runtime is not there (or not mounted):
-attribution stays off, said once, and the path is looked at again every
-interval.
+attribution is off at once (the state is None), said once, and the path is
+looked at again every interval.
 """
 
 from __future__ import annotations

@@ -82,9 +82,11 @@ class KubeletWatch:
     ``build`` makes the :class:`~otel_gpu.attribute.k8s.podresources.PodResourcesWatcher`.
     :meth:`start` builds it at once when the path exists, else starts the
     ``otel-gpu-kubelet-wait`` thread, which checks the path every ``interval``
-    and builds and starts the watcher when it appears, then ends. Until then
+    and builds and starts the watcher when it appears, then ends (a build that
+    fails, a bug, is said and tried again after a backoff). Until then
     :attr:`state` is None and :attr:`stats` says the socket is absent. A path
-    that exists but is not a socket is the watcher's to report.
+    that exists but is not a socket is the watcher's to report. It says what the
+    watcher would (:data:`~otel_gpu.attribute.k8s.source.LINES`), in the same words.
     """
 
     def __init__(
