@@ -138,9 +138,10 @@ class Loop:
         """Start the thread (first step after ``first_wait``); whether one was started."""
         if self.thread is not None and self.thread.is_alive():
             return False
-        self._stop.clear()
-        self.thread = threading.Thread(target=self._run, args=(first_wait,), name=self.name,
-                                       daemon=True)
+        # A fresh event: a thread a bounded stop left behind still sees its own, set.
+        self._stop = stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(stop, first_wait),
+                                       name=self.name, daemon=True)
         self.thread.start()
         return True
 
@@ -154,8 +155,8 @@ class Loop:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
 
-    def _run(self, wait: float) -> None:
-        while not self._stop.wait(wait):
+    def _run(self, stop: threading.Event, wait: float) -> None:
+        while not stop.wait(wait):
             try:
                 delay = self._step()
             except Exception:  # noqa: BLE001 - a bug in a step must not end the loop
