@@ -1,7 +1,7 @@
 """Wiring: builds the pipeline's stages from the configuration and starts them.
 
 sample (:mod:`otel_gpu.sample.sampler`) -> attribute (:mod:`otel_gpu.attribute.k8s.enrich`)
--> publish (:mod:`otel_gpu.publish.loop`) -> instrument (:mod:`otel_gpu.instrument.telemetry`)
+-> publish (:mod:`otel_gpu.publish.pipeline`) -> instrument (:mod:`otel_gpu.instrument.telemetry`)
 -> export (:mod:`otel_gpu.export`). :class:`Service` owns the long-lived
 pieces, so the CLI and the in-process tests start and stop exactly the same
 thing; :func:`sample_once` is the same pipeline run once, for ``check``.
@@ -11,27 +11,24 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from opentelemetry.sdk.metrics.export import MetricReader
-
 from otel_gpu.attribute.enrich import Bounded, Enricher, Watched
 from otel_gpu.config import Config
 from otel_gpu.errors import SetupError
-from otel_gpu.export import exporters, naming, sdk_env
+from otel_gpu.export import exporters
 from otel_gpu.export.collected import CollectingReader
-from otel_gpu.export.events.detector import EventDetector, EventSubscriber
-from otel_gpu.export.prometheus.endpoint import MetricsServer, RenderCache, new_reader
+from otel_gpu.export.prometheus.endpoint import MetricsServer
 from otel_gpu.export.prometheus.webconfig import load_web_config
+from otel_gpu.export.seam import Published
 from otel_gpu.instrument.cardinality import CardinalityGuard
 from otel_gpu.instrument.catalog import CATALOG, all_sources
-from otel_gpu.instrument.telemetry import Telemetry, build_resource
-from otel_gpu.publish.loop import Pipeline, Subscriber
+from otel_gpu.instrument.telemetry import Collect, Telemetry, build_resource
+from otel_gpu.publish.pipeline import Pipeline, Subscriber
 from otel_gpu.publish.readiness import Readiness
 from otel_gpu.publish.store import SnapshotStore
 from otel_gpu.publish.timings import Timings
@@ -40,12 +37,14 @@ from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import Sampler
 from otel_gpu.snapshot import Snapshot
 
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics.export import MetricReader
+
 if TYPE_CHECKING:  # gRPC is imported only once a kubelet socket exists
     from otel_gpu.attribute.container.enrich import ContainerEnricher
     from otel_gpu.attribute.hpc.enrich import JobEnricher
     from otel_gpu.attribute.k8s.enrich import PodEnricher
     from otel_gpu.attribute.k8s.podresources import PodResourcesWatcher
-    from otel_gpu.export.otlp.logs import EventLog  # the SDK's logs: with OTLP only
 
 log = logging.getLogger(__name__)
 
@@ -173,22 +172,6 @@ def _address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def choose_exporters(config: Config, environ: Mapping[str, str]) -> tuple[str, ...]:
-    """The configured exporters; by default Prometheus, plus OTLP once an endpoint is set."""
-    return tuple(e.name for e in exporters.select(config, environ))
-
-
-class RenderSubscriber:
-    """A publish-loop subscriber: renders /metrics on the publishing thread while someone
-    scrapes, so that no scrape waits for a render (see RenderCache.refresh)."""
-
-    def __init__(self, cache: RenderCache) -> None:
-        self._cache = cache
-
-    def published(self, snapshot: Snapshot) -> None:
-        self._cache.refresh()
-
-
 class Service:
     """The running collector: pipeline thread, kubelet thread, MeterProvider, HTTP endpoint.
 
@@ -212,8 +195,8 @@ class Service:
         self.nvml = nvml
         self.timings = timings = Timings.from_interval(config.interval)
         self.outputs = exporters.select(config, environ)
-        self.exporters = tuple(e.name for e in self.outputs)
-        sdk_env.settle(environ, otlp="otlp" in self.exporters)
+        self.exporters = tuple(dict.fromkeys(e.name for e in self.outputs))
+        exporters.settle(self.outputs, environ)
         if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
             log.warning("OTEL_SDK_DISABLED=true: the OpenTelemetry SDK records nothing, so "
                         "/metrics carries only the dcgm/kubelet profiles and OTLP sends nothing")
@@ -224,58 +207,22 @@ class Service:
                                process_usage=process_usage(config),
                                gpm_window=gpm_window(config))
         resource = build_resource(config.node_name)
-        prometheus_otel = "prometheus" in self.exporters and "otel" in config.naming
-        # GPU events go as OTLP log records where OTLP metrics go; a bad setting fails here.
-        self.events: EventLog | None = None
-        for output in self.outputs:
-            if isinstance(output, exporters.OtlpExporter):
-                self.events = output.event_log(resource)
-        detector = EventDetector() if self.events is not None else None
-        event_metrics = detector.metrics() if detector is not None else ()
+        # What needs the Resource (the events' logs pipeline) is built here: a bad setting
+        # fails at start-up. Each exporter may add metrics to the catalog.
+        added = [m for e in self.outputs for m in e.open(resource)]
 
-        def readers() -> tuple[list[MetricReader], Callable[[], bytes] | None]:
-            out: list[MetricReader] = []
-            render = None
-            source = None  # the one collection per cycle, for /metrics and OTLP alike
-            if prometheus_otel:
-                source, render = new_reader()
-                out.append(source)
-            shared = source if source is not None else CollectingReader()
-            pushed = [r for e in self.outputs for r in e.readers(resource, shared)]
-            if pushed and source is None:
-                out.append(shared)
-            return out + pushed, render
+        def readers() -> tuple[list[MetricReader], Collect]:
+            source = CollectingReader()  # the one collection per cycle, for every exporter
+            pushed = [r for e in self.outputs for r in e.readers(resource, source)]
+            return [source, *pushed], source.collect_now
 
         # A bad OTLP setting fails here, at start-up.
         self.telemetry = telemetry = Telemetry(
             resource, lambda: store.latest, readers, clock=clock,
-            catalog=(*CATALOG, *event_metrics), device_attributes=config.device_attributes)
+            catalog=(*CATALOG, *added), device_attributes=config.device_attributes)
+        published = Published(store, telemetry, timings, clock)
         subscribers: list[Subscriber] = [CardinalityGuard(telemetry)]
-        self.cache: RenderCache | None = None
-        if "prometheus" in self.exporters:
-            profiles = naming.build_profiles(
-                config.naming,
-                hostname=config.node_name or socket.gethostname(),
-                collectors_file=config.collectors,
-                hostname_label=config.dcgm_hostname_label,
-                shared_gpu_copies=config.dcgm_shared_gpu_copies,
-                devices=config.dcgm_devices,
-                pod_label_style=config.dcgm_pod_label_style,
-                dcgm_names=config.dcgm_names,
-            )
-
-            def body() -> bytes:
-                """The whole exposition, every part from the same snapshot."""
-                snapshot = store.latest
-                return telemetry.render(snapshot) + naming.render_profiles(profiles, snapshot)
-
-            self.cache = RenderCache(body, lambda: store.version,
-                                     max_age=timings.render_max_age, clock=clock,
-                                     published=lambda: store.latest is not None,
-                                     idle_after=timings.render_idle_after)
-            subscribers.append(RenderSubscriber(self.cache))
-        if detector is not None and self.events is not None:
-            subscribers.append(EventSubscriber(detector, self.events.emit))
+        subscribers += [s for e in self.outputs for s in e.attach(published)]
         self.pipeline = Pipeline(store, self.sampler.sample, timings=timings,
                                  subscribers=subscribers)
         self.enricher = None
@@ -295,7 +242,10 @@ class Service:
             self.pipeline.add_stage(stage.process)
         self.readiness = Readiness(store, timings, clock)
         web = load_web_config(config.web_config_file) if config.web_config_file else None
-        self.server = MetricsServer(config.listen, self.cache, self.readiness, web)
+        # The endpoint answers health probes whatever the exporters; /metrics is the body of
+        # the exporter that has one (404 without).
+        scrape = next((e.scrape for e in self.outputs if e.scrape is not None), None)
+        self.server = MetricsServer(config.listen, scrape, self.readiness, web)
         # Probes that cannot pass the web config's TLS or auth ask here: health only, plain.
         self.health_server: MetricsServer | None = None
         if config.health_listen is not None:

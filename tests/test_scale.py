@@ -45,7 +45,7 @@ def test_512_gpus_and_5000_pods_keep_every_series(fake_nvml, tmp_path):
         assert service.enricher is not None
         service.enricher.watcher.poll_once()
         service.pipeline.publish_sample(service.sampler.sample())
-        cache = service.cache
+        cache = service.server.cache
         assert cache is not None
 
         def every_pod() -> str | None:

@@ -66,7 +66,7 @@ def test_pod_churn_rebuilds_the_pipeline_before_the_sdk_overflows(build_service)
                         pods=Pods(attribute([gpu], state), None, float(i)))
         service.pipeline.publish_sample(snap)
         service.pipeline.run_followups()  # what the sampler thread does after publishing
-        body = service.cache.get().body.decode()
+        body = service.server.cache.get().body.decode()
         assert f'k8s_pod_name="job-{i}"' in body, i
         assert "otel_metric_overflow" not in body, i
     assert service.telemetry.rebuilds >= 2
@@ -95,7 +95,7 @@ def test_sample_once_without_a_kubelet_still_gives_the_sample(t4, tmp_path):
 
 def test_otlp_only_serves_no_prometheus_body(build_service):
     service = build_service(exporters="otlp", otlp_endpoint="http://127.0.0.1:9")
-    assert service.cache is None and service.telemetry.render() == b""
+    assert service.server.cache is None
 
 
 def test_a_rebuilt_pipeline_keeps_rendering(build_service):
@@ -103,10 +103,10 @@ def test_a_rebuilt_pipeline_keeps_rendering(build_service):
     gpu = Device(T4_UUID, 0, "Tesla T4", "Tesla T4", "00000000:01:00.0")
     snap = snapshot(DeviceSample(gpu, values={"power": 70000.0}))
     service.pipeline.publish_sample(snap)
-    before = service.cache.get().body
+    before = service.server.cache.get().body
     service.telemetry.rebuild()
     service.pipeline.publish_sample(replace(snap, seq=2))
-    after = service.cache.get().body
+    after = service.server.cache.get().body
     assert b"hw_power_watts{" in before and b"hw_power_watts{" in after
 
 
@@ -116,7 +116,7 @@ def test_a_scrape_after_a_publish_never_renders(build_service):
     renders: no publication renders for a reader that never asked.)"""
     service = build_service(interval="10s")
     gpu = Device(T4_UUID, 0, "Tesla T4", "Tesla T4", "00000000:01:00.0")
-    cache = service.cache
+    cache = service.server.cache
     for seq in (1, 2):
         service.pipeline.publish_sample(snapshot(DeviceSample(gpu, values={"power": 70000.0}),
                                                  seq=seq))
@@ -148,7 +148,7 @@ def test_every_series_of_256_gpus_is_present(fake_nvml, tmp_path):
     try:
         service.nvml.init()
         service.pipeline.publish_sample(service.sampler.sample())
-        body = service.cache.get().body.decode()
+        body = service.server.cache.get().body.decode()
     finally:
         service.server.server_close()
         service.telemetry.shutdown(0.5)

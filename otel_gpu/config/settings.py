@@ -21,15 +21,15 @@ from otel_gpu._log import FORMATS, LEVELS
 from otel_gpu.config.values import (
     choice,
     duration_in,
+    names_in,
     optional,
     optional_text,
     parse_bool,
     parse_endpoint,
-    parse_exporters,
     parse_list,
     parse_listen,
-    parse_naming,
     required_text,
+    unless_empty,
 )
 
 T = TypeVar("T")
@@ -113,6 +113,24 @@ def options_of(cls: type) -> tuple[Option, ...]:
 
 DeviceAttributes = Literal["identity", "all"]
 DEVICE_ATTRIBUTES: tuple[DeviceAttributes, ...] = ("identity", "all")
+
+# The choices of the settings whose consumers sit above this layer (the export stage, which
+# imports them from here): a test holds each registry (exporters, naming profiles) to its list.
+EXPORTERS = ("prometheus", "otlp")
+"""The names of ``otel_gpu.export.exporters.REGISTRY``."""
+NAMING_PROFILES = ("otel", "dcgm", "kubelet")
+"""The names of ``otel_gpu.export.naming.PROFILES``."""
+DCGM_HOSTNAME_LABELS = ("Hostname", "hostname")
+DCGM_DEVICES = ("auto", "gpus", "instances", "both")
+"""dcgm-exporter's ``-d``: ``f`` (instances of a MIG GPU, else the GPU), ``g``, ``i``, ``g+i``."""
+DCGM_POD_LABEL_STYLES = ("current", "old")
+DCGM_NAMES = ("legacy", "current")
+"""dcgm-exporter's names up to 4.8, or those of 4.9 and later."""
+
+
+def _either(names: tuple[str, ...]) -> str:
+    """``a, b, or both`` / ``a, b, c, or several``."""
+    return f"{', '.join(names)}, or {'both' if len(names) == 2 else 'several'}"
 
 _SECONDS = "SECONDS"
 _BOOL = "true|false"
@@ -208,7 +226,7 @@ class Config:
         "model, serial, driver, PCI bus id and NUMA node only on nvidia.gpu.info: about a "
         "third less CPU per collection and half the bytes)", serve_only=True)
     naming: tuple[str, ...] = setting(
-        parse_naming, "otel", "PROFILES",
+        names_in(NAMING_PROFILES), "otel", "PROFILES",
         "names on the Prometheus endpoint: otel, dcgm (dcgm-exporter's), kubelet (the "
         "kubelet's pre-1.20 accelerator metrics), or several, comma-separated")
     collectors: str | None = setting(
@@ -216,7 +234,7 @@ class Config:
         "dcgm profile: a dcgm-exporter counters CSV file choosing the DCGM_FI_* fields "
         "(naming must include dcgm)", short="-f")
     dcgm_hostname_label: str = setting(
-        choice(("Hostname", "hostname"), exact=True), "hostname", "Hostname|hostname",
+        choice(DCGM_HOSTNAME_LABELS, exact=True), "hostname", "|".join(DCGM_HOSTNAME_LABELS),
         "dcgm profile: the host label's name (dcgm-exporter's newest releases use hostname, "
         "earlier ones Hostname)", serve_only=True)
     dcgm_shared_gpu_copies: bool = setting(
@@ -224,23 +242,23 @@ class Config:
         "dcgm profile: copy a time-sliced GPU's series once per pod, as dcgm-exporter "
         "does (sums over pods then count the GPU several times)", serve_only=True)
     dcgm_devices: str = setting(
-        choice(("auto", "gpus", "instances", "both")), "auto", "auto|gpus|instances|both",
+        choice(DCGM_DEVICES), "auto", "|".join(DCGM_DEVICES),
         "dcgm profile: which devices have series, as dcgm-exporter's -d: auto (f: a MIG "
         "GPU's instances, else the GPU), gpus (g), instances (i) or both (g+i)",
         serve_only=True)
     dcgm_pod_label_style: str = setting(
-        choice(("current", "old")), "current", "current|old",
+        choice(DCGM_POD_LABEL_STYLES), "current", "|".join(DCGM_POD_LABEL_STYLES),
         "dcgm profile: pod labels pod, namespace, container (current) or dcgm-exporter's "
         "--use-old-namespace names pod_name, pod_namespace, container_name and uuid (old)",
         serve_only=True)
     dcgm_names: str = setting(
-        choice(("legacy", "current")), "legacy", "legacy|current",
+        choice(DCGM_NAMES), "legacy", "|".join(DCGM_NAMES),
         "dcgm profile, built-in field set: dcgm-exporter's names up to 4.8 (legacy) or "
         "those of 4.9 and later (current); a counters file chooses by its own names",
         serve_only=True)
     exporters: tuple[str, ...] | None = setting(
-        parse_exporters, None, "LIST",
-        "prometheus, otlp, or both (comma-separated); default: prometheus, plus otlp "
+        unless_empty(names_in(EXPORTERS)), None, "LIST",
+        f"{_either(EXPORTERS)} (comma-separated); default: prometheus, plus otlp "
         "when an OTLP endpoint is configured")
     pod_identity: str = setting(
         choice(("resource", "attributes")), "resource", "resource|attributes",

@@ -193,24 +193,29 @@ def optional(parse: Callable[[object], T]) -> Callable[[object], T | None]:
     return parse_optional
 
 
-def parse_exporters(value: object) -> tuple[str, ...] | None:
-    names = parse_list(value)
-    if not names:
-        return None
-    for name in names:
-        if name not in ("prometheus", "otlp"):
-            raise ValueError(f"expected prometheus and/or otlp, got {show(name)}")
-    return tuple(dict.fromkeys(names))
+def names_in(allowed: tuple[str, ...]) -> Callable[[object], tuple[str, ...]]:
+    """Some of ``allowed`` (a YAML list or comma-separated), each once, at least one."""
+    some = f"{', '.join(allowed[:-1])} and/or {allowed[-1]}" if len(allowed) > 1 else allowed[0]
+
+    def parse(value: object) -> tuple[str, ...]:
+        names = parse_list(value)
+        if not names:
+            raise ValueError(f"expected at least one of {', '.join(allowed)}")
+        for name in names:
+            if name not in allowed:
+                raise ValueError(f"expected {some}, got {show(name)}")
+        return tuple(dict.fromkeys(names))
+
+    return parse
 
 
-def parse_naming(value: object) -> tuple[str, ...]:
-    names = parse_list(value)
-    if not names:
-        raise ValueError("expected at least one of otel, dcgm, kubelet")
-    for name in names:
-        if name not in ("otel", "dcgm", "kubelet"):
-            raise ValueError(f"expected otel, dcgm and/or kubelet, got {show(name)}")
-    return tuple(dict.fromkeys(names))
+def unless_empty(parse: Callable[[object], T]) -> Callable[[object], T | None]:
+    """``parse``, except that a list with no names means "not set"."""
+
+    def parse_some(value: object) -> T | None:
+        return parse(value) if parse_list(value) else None
+
+    return parse_some
 
 
 def text(value: object) -> str:

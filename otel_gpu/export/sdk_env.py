@@ -193,13 +193,13 @@ def check_otlp(environ: Mapping[str, str]) -> list[str]:
     return _check(OTLP, environ, warn=True)
 
 
-def settle(environ: Mapping[str, str], *, otlp: bool) -> None:
-    """What the service runs first: check, and warn once about each ignored variable, also
-    those a check before it took out of the environment (the CLI's, whose warnings ``serve``
-    silences)."""
+def settle(environ: Mapping[str, str], variables: tuple[Variable, ...] = ()) -> None:
+    """What the service runs first: check the SDK's variables and the exporters' own
+    ``variables``, and warn once about each ignored one, also those a check before it took
+    out of the environment (the CLI's, whose warnings ``serve`` silences)."""
     _check(SDK, environ, warn=environ is not os.environ)
-    if otlp:
-        _check(OTLP, environ, warn=environ is not os.environ)
+    if variables:
+        _check(variables, environ, warn=environ is not os.environ)
     if environ is os.environ:
         for name in list(_ignored):
             log.warning("%s", _ignored.pop(name))

@@ -20,7 +20,7 @@ from typing import Protocol
 
 from otel_gpu._log import LogLimiter
 from otel_gpu.instrument.schema import Metric, device_observations
-from otel_gpu.publish.loop import Followup
+from otel_gpu.publish.pipeline import Followup
 from otel_gpu.snapshot import Snapshot
 
 log = logging.getLogger(__name__)

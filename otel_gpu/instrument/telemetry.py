@@ -1,4 +1,4 @@
-"""The provider: the node's Resource, the MeterProvider and its readers.
+"""Telemetry: the node's Resource, the MeterProvider and its readers, and one collection.
 
 The SDK folds a metric's attribute sets past its cardinality limit (2000 per
 metric and reader by default) into one ``otel.metric.overflow`` series. A
@@ -93,17 +93,17 @@ def build_meter_provider(
     return provider
 
 
-Readers = Callable[[], "tuple[list[MetricReader], Callable[[], bytes] | None]"]
-"""Makes a fresh set of readers, and the Prometheus render function if one is among them."""
-
-
 Collect = Callable[[], MetricsData | None]
+
+Readers = Callable[[], "tuple[list[MetricReader], Collect]"]
+"""Makes a fresh set of readers, and the collection on demand of one of them (what
+:meth:`Telemetry.collect` runs)."""
 
 
 @runtime_checkable
 class CollectsItself(Protocol):
-    """A reader that sometimes collects on its own thread (the OTLP push when no render
-    came): :class:`Telemetry` wraps those collections so they read one snapshot too."""
+    """A reader that sometimes collects on its own thread (the OTLP push when no scrape
+    collected): :class:`Telemetry` wraps those collections so they read one snapshot too."""
 
     def pin_collections(self, pin: Callable[[Collect], Collect]) -> None: ...
 
@@ -114,7 +114,7 @@ class Telemetry:
     :meth:`rebuild` swaps in a new provider (releasing every attribute set the
     SDK kept, see :mod:`otel_gpu.instrument.cardinality`) whose cardinality limit
     is sized from the latest snapshot; the swap and
-    :meth:`render` share a private lock, so no render runs on a provider being
+    :meth:`collect` share a private lock, so no collection runs on a provider being
     retired, and the old one is shut down (its final OTLP export) on a
     short-lived thread of its own.
     """
@@ -142,8 +142,8 @@ class Telemetry:
         self._current = self._build(self.cardinality_limit)
         self.rebuilds = 0
 
-    def _build(self, limit: int) -> tuple[MeterProvider, Callable[[], bytes] | None]:
-        readers, render = self._readers()
+    def _build(self, limit: int) -> tuple[MeterProvider, Collect]:
+        readers, collect = self._readers()
         for reader in readers:
             if isinstance(reader, CollectsItself):  # its own collections read one snapshot too
                 reader.pin_collections(self._pinned)
@@ -151,11 +151,11 @@ class Telemetry:
                                         clock=self._clock, catalog=self._catalog,
                                         cardinality_limit=limit,
                                         device_attributes=self._device_attributes)
-        return provider, render
+        return provider, collect
 
     def _pinned(self, collect: Callable[[], MetricsData | None]
                 ) -> Callable[[], MetricsData | None]:
-        """``collect`` run as :meth:`render` runs: on the latest snapshot alone."""
+        """``collect`` run as :meth:`collect` runs: on the latest snapshot alone."""
         def run() -> MetricsData | None:
             with self._lock:
                 self._pinned_snapshot = self._latest()
@@ -166,22 +166,20 @@ class Telemetry:
         return run
 
     def _snapshot(self) -> Snapshot | None:
-        """What the instrument callbacks read: during a render, the one snapshot it began
+        """What the instrument callbacks read: during a collection, the one snapshot it began
         with, so that a publish in the middle cannot mix two samples (or a sample with and
         without its pods) in one body."""
         pinned = self._pinned_snapshot
         return pinned if pinned is not None else self._latest()
 
-    def render(self, snapshot: Snapshot | None = None) -> bytes:
-        """The Prometheus text of the OpenTelemetry instruments (empty without that reader),
-        from ``snapshot`` (default: the latest)."""
+    def collect(self, snapshot: Snapshot | None = None) -> MetricsData | None:
+        """One collection of every instrument, all reading ``snapshot`` (default: the latest);
+        None while no instrument has a point."""
         with self._lock:
-            _, render = self._current
-            if render is None:
-                return b""
+            _, collect = self._current
             self._pinned_snapshot = snapshot if snapshot is not None else self._latest()
             try:
-                return render()
+                return collect()
             finally:
                 self._pinned_snapshot = None
 

@@ -11,7 +11,7 @@ a deadline, so a call that never returns stalls only its GPU; a reader that
 raises costs its own values on its device that sample and nothing else
 (:mod:`~otel_gpu.sample.containment`). The pass
 returns an immutable :class:`~otel_gpu.snapshot.Snapshot`;
-:mod:`otel_gpu.publish.loop` runs passes on an interval, and nothing on
+:mod:`otel_gpu.publish.pipeline` runs passes on an interval, and nothing on
 the scrape path calls into here.
 """
 

@@ -42,7 +42,7 @@ def test_an_ignorable_one_warns_and_is_taken_out_of_the_process_environment(
     monkeypatch.setenv("OTEL_ATTRIBUTE_COUNT_LIMIT", "-1")
     monkeypatch.setenv("OTEL_SDK_DISABLED", "maybe")
     with caplog.at_level(logging.WARNING, logger="otel_gpu.export.sdk_env"):
-        sdk_env.settle(os.environ, otlp=False)
+        sdk_env.settle(os.environ)
     assert "OTEL_ATTRIBUTE_COUNT_LIMIT" not in os.environ and "OTEL_SDK_DISABLED" not in os.environ
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 2
@@ -53,6 +53,6 @@ def test_an_ignorable_one_warns_and_is_taken_out_of_the_process_environment(
 def test_a_mapping_that_is_not_the_environment_is_left_alone(caplog):
     env = {"OTEL_METRICS_EXEMPLAR_FILTER": "garbage"}
     with caplog.at_level(logging.WARNING, logger="otel_gpu.export.sdk_env"):
-        sdk_env.settle(env, otlp=True)
+        sdk_env.settle(env, sdk_env.OTLP)
     assert env == {"OTEL_METRICS_EXEMPLAR_FILTER": "garbage"}
     assert len(caplog.records) == 1

@@ -16,7 +16,7 @@ from otel_gpu.instrument.cardinality import (
     room_for,
 )
 from otel_gpu.instrument.catalog import CATALOG
-from otel_gpu.publish.loop import Pipeline
+from otel_gpu.publish.pipeline import Pipeline
 from otel_gpu.publish.store import SnapshotStore
 from otel_gpu.publish.timings import Timings
 from otel_gpu.snapshot import OK, Attribution, Device, DeviceSample, Pods, Snapshot

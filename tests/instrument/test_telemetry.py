@@ -297,7 +297,7 @@ def _telemetry(latest):
 
     def make():
         readers.append([InMemoryMetricReader(), InMemoryMetricReader()])  # Prometheus, OTLP
-        return list(readers[-1]), None
+        return list(readers[-1]), lambda: None  # collected through the readers here
 
     return Telemetry(build_resource(environ={}), latest, make), readers
 
@@ -332,8 +332,9 @@ def test_rebuild_sizes_the_limit_for_pods_that_arrived():
         telemetry.shutdown(1)
 
 
-def test_one_render_reads_one_snapshot_even_if_a_publish_lands_in_the_middle():
-    from otel_gpu.export.prometheus.endpoint import new_reader
+def test_one_collection_reads_one_snapshot_even_if_a_publish_lands_in_the_middle():
+    from otel_gpu.export.collected import CollectingReader
+    from otel_gpu.export.prometheus.text import TextWriter
     from otel_gpu.instrument.telemetry import Telemetry
 
     def sample_of(watts: float, seq: int):
@@ -349,27 +350,28 @@ def test_one_render_reads_one_snapshot_even_if_a_publish_lands_in_the_middle():
         return first if calls["n"] == 1 else second
 
     def readers():
-        reader, render = new_reader()
-        return [reader], render
+        reader = CollectingReader()
+        return [reader], reader.collect_now
 
     telemetry = Telemetry(build_resource(environ={}), latest, readers)
-    calls["n"] = 0  # from here on, as the store would answer: sample 2 published mid-render
+    calls["n"] = 0  # from here on, as the store would answer: sample 2 published mid-way
     try:
-        body = telemetry.render().decode()
+        body = TextWriter().write(telemetry.collect()).decode()
     finally:
         telemetry.shutdown(0.5)
-    assert calls["n"] == 1, "every instrument must read the snapshot the render began with"
+    assert calls["n"] == 1, "every instrument must read the snapshot the collection began with"
     assert "hw_power_watts{" in body and " 100.0" in body.split("hw_power_watts{")[1]
     assert 'hw_temperature_celsius{' in body
     temps = [ln for ln in body.splitlines() if ln.startswith("hw_temperature_celsius{")]
     assert temps and all(ln.endswith(" 1.0") for ln in temps), temps
 
 
-def test_otlp_pushes_the_renders_collection_and_pins_its_own_to_one_snapshot():
+def test_otlp_pushes_the_scrapes_collection_and_pins_its_own_to_one_snapshot():
     import math
 
+    from otel_gpu.export.collected import CollectingReader
     from otel_gpu.export.otlp.push import OtlpPush
-    from otel_gpu.export.prometheus.endpoint import new_reader
+    from otel_gpu.export.prometheus.text import TextWriter
     from otel_gpu.instrument.telemetry import Telemetry
     from tests.support.exporters import RecordingExporter
 
@@ -386,16 +388,16 @@ def test_otlp_pushes_the_renders_collection_and_pins_its_own_to_one_snapshot():
         return state["snaps"][min(state["reads"], len(state["snaps"])) - 1]
 
     def readers():
-        source, render = new_reader()
+        source = CollectingReader()
         push = built["push"] = OtlpPush(exporter, source, interval_s=math.inf, environ={})
-        return [source, push], render
+        return [source, push], source.collect_now
 
     telemetry = Telemetry(build_resource(environ={}), latest, readers)
     try:
         state["reads"] = 0
-        body = telemetry.render()
+        body = TextWriter().write(telemetry.collect())
         built["push"].push()
-        assert built["push"].collected == 0, "the render's collection is the one pushed"
+        assert built["push"].collected == 0, "the scrape's collection is the one pushed"
         (data,) = exporter.exported
         assert " 100.0" in body.decode().split("hw_power_watts{")[1].splitlines()[0]
         power = [p.value for rm in data.resource_metrics for sm in rm.scope_metrics

@@ -45,14 +45,13 @@ import pynvml
 import pytest
 
 from otel_gpu import sim
-from otel_gpu.export.prometheus.endpoint import new_reader
 from otel_gpu.instrument.telemetry import build_meter_provider, build_resource
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import Sampler
 from otel_gpu.sample.sources import COMPUTE_PROCESSES, NVLINK_STATES, Reader, Source
 from otel_gpu.sim.driver.shapes import Shape, Signature, error_names, parse_shape
 from otel_gpu.snapshot import Snapshot
-from tests.support.exposition import series
+from tests.support.exposition import new_reader, series
 from tests.support.nvml import SOURCES
 from tests.support.process import wait_until
 

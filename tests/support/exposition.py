@@ -8,11 +8,23 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from otel_gpu.export.collected import CollectingReader
+from otel_gpu.export.prometheus.text import TextWriter
 
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)(?: \d+)?$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 _UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+
+def new_reader() -> tuple[CollectingReader, Callable[[], bytes]]:
+    """A reader collecting on demand, and the function writing one collection of it as the
+    endpoint does (no scope labels, ``target_info``)."""
+    reader = CollectingReader()
+    writer = TextWriter(scope_labels=False, target_info=True)
+    return reader, lambda: writer.write(reader.collect_now())
 
 
 def parse_samples(text: str) -> list[tuple[str, dict[str, str], float]]:

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import importlib
 import logging
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Protocol, cast
 
+from otel_gpu.config import Config
 from otel_gpu.export.naming.exposition import Family, render
 from otel_gpu.snapshot import Snapshot
 
@@ -30,7 +32,8 @@ PROFILES: Mapping[str, str] = MappingProxyType({
     "dcgm": "otel_gpu.export.naming.dcgm",
     "kubelet": "otel_gpu.export.naming.kubelet",
 })
-"""Naming profile -> the module whose ``NAMING`` defines it."""
+"""Naming profile -> the module whose ``NAMING`` defines it (the ``naming`` setting's choices,
+``config.settings.NAMING_PROFILES``, name the same, as a test keeps them)."""
 
 
 class Profile(Protocol):
@@ -41,15 +44,28 @@ class Profile(Protocol):
 
 @dataclass(frozen=True)
 class ProfileOptions:
-    """The settings the profiles read (each reads its own)."""
+    """The settings the profiles read (each reads its own); the defaults are the settings'."""
 
     hostname: str
-    collectors_file: str | None = None
-    hostname_label: str = "hostname"
-    shared_gpu_copies: bool = False
-    devices: str = "auto"
-    pod_label_style: str = "current"
-    dcgm_names: str = "legacy"
+    collectors_file: str | None = Config.collectors
+    hostname_label: str = Config.dcgm_hostname_label
+    shared_gpu_copies: bool = Config.dcgm_shared_gpu_copies
+    devices: str = Config.dcgm_devices
+    pod_label_style: str = Config.dcgm_pod_label_style
+    dcgm_names: str = Config.dcgm_names
+
+    @classmethod
+    def from_config(cls, config: Config) -> ProfileOptions:
+        """The profiles' settings, read from the typed config in this one place."""
+        return cls(
+            hostname=config.node_name or socket.gethostname(),
+            collectors_file=config.collectors,
+            hostname_label=config.dcgm_hostname_label,
+            shared_gpu_copies=config.dcgm_shared_gpu_copies,
+            devices=config.dcgm_devices,
+            pod_label_style=config.dcgm_pod_label_style,
+            dcgm_names=config.dcgm_names,
+        )
 
 
 class NamingProfile(Protocol):
@@ -74,25 +90,13 @@ def profile(name: str) -> NamingProfile:
     return cast(NamingProfile, importlib.import_module(PROFILES[name]).NAMING)
 
 
-def build_profiles(
-    names: Sequence[str],
-    *,
-    hostname: str,
-    collectors_file: str | None = None,
-    hostname_label: str = "hostname",
-    shared_gpu_copies: bool = False,
-    devices: str = "auto",
-    pod_label_style: str = "current",
-    dcgm_names: str = "legacy",
-) -> list[Profile]:
+def build_profiles(names: Sequence[str], options: ProfileOptions) -> list[Profile]:
     """The series writers of the profiles among ``names``.
 
     Raises ``CollectorsError`` for a malformed counters file; fields it names
     that NVML cannot provide (or that otel-gpu does not know) are logged once
     here, with the reason, and skipped.
     """
-    options = ProfileOptions(hostname, collectors_file, hostname_label, shared_gpu_copies,
-                             devices, pod_label_style, dcgm_names)
     profiles: list[Profile] = []
     if "otel" not in names:  # the collector's own health is on the endpoint whatever the names
         from otel_gpu.export.naming.health import HealthProfile

@@ -35,7 +35,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from otel_gpu._log import LogLimiter
-from otel_gpu.export.collected import CollectingReader
 from otel_gpu.export.prometheus.basic_auth import AuthBusy, BasicAuth
 from otel_gpu.export.prometheus.http_server import (
     HEAD_TIMEOUT_S,
@@ -46,27 +45,17 @@ from otel_gpu.export.prometheus.http_server import (
     describe,
     where,
 )
-from otel_gpu.export.prometheus.text import TextWriter
 from otel_gpu.export.prometheus.webconfig import WebConfig
+from otel_gpu.export.seam import Scrape
 
 log = logging.getLogger(__name__)
 
-Readiness = Callable[[], "tuple[bool, str]"]
+ReadyCheck = Callable[[], "tuple[bool, str]"]
+"""Whether the collector is ready, and why (what /readyz answers)."""
 
 # The classic text format, which every Prometheus version and promtool read.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-
-def new_reader() -> tuple[CollectingReader, Callable[[], bytes]]:
-    """A reader collecting on demand, and the function rendering one collection of it.
-
-    The text is what the OpenTelemetry Prometheus exporter would write for the
-    same collection (:mod:`otel_gpu.export.prometheus.text`), without scope
-    labels (``otel_scope_name=...`` would repeat one constant on every series).
-    """
-    reader = CollectingReader()
-    writer = TextWriter(scope_labels=False, target_info=True)
-    return reader, lambda: writer.write(reader.collect_now())
 
 
 @dataclass(frozen=True)
@@ -230,8 +219,8 @@ class MetricsServer(BoundedServer):
     def __init__(
         self,
         address: tuple[str, int],
-        cache: RenderCache | None,
-        readiness: Readiness,
+        cache: Scrape | None,
+        readiness: ReadyCheck,
         web: WebConfig | None = None,
         *,
         max_connections: int = MAX_CONNECTIONS,

@@ -17,6 +17,7 @@ from otel_gpu.attribute.hpc.enrich import JobEnricher, job_enricher, job_order
 from otel_gpu.attribute.hpc.mapping import MappingWatcher
 from otel_gpu.attribute.hpc.slurm import SlurmJobs
 from otel_gpu.config import load
+from otel_gpu.export.naming import ProfileOptions
 from otel_gpu.export.naming.dcgm import DcgmProfile, default_columns
 from otel_gpu.export.naming.exposition import render
 from otel_gpu.export.otlp.metrics import PodResourceExporter
@@ -159,7 +160,7 @@ def test_the_otel_attribute_names_every_job_on_one_series():
 
 def test_dcgm_has_hpc_job_and_a_copy_per_job_as_dcgm_exporter_does():
     snap = _with_jobs({GPU0: ("1001",), GPU2: ("1002", "1003"), MIG_B: ("1104",)})
-    text = render(DcgmProfile(default_columns(), "h").families(snap))
+    text = render(DcgmProfile(default_columns(), ProfileOptions("h")).families(snap))
     temps = series(text, "DCGM_FI_DEV_GPU_TEMP")
     by_gpu: dict[str, list[str | None]] = {}
     for labels, _ in temps:

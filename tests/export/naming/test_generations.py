@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from otel_gpu import config, sim
-from otel_gpu.export.naming import build_profiles, render_profiles
+from otel_gpu.export.naming import ProfileOptions, build_profiles, render_profiles
 from otel_gpu.export.naming.dcgm import (
     DEFAULT_COUNTERS,
     FIELDS,
@@ -42,7 +42,7 @@ def _sample(profile: str) -> Snapshot:
 
 
 def _render(snap: Snapshot, **kw: str) -> str:
-    views = [p for p in build_profiles(["dcgm"], hostname="h", **kw)
+    views = [p for p in build_profiles(["dcgm"], ProfileOptions("h", **kw))
              if not isinstance(p, HealthProfile)]
     return render_profiles(views, snap).decode()
 
@@ -156,7 +156,7 @@ def _advance(snap: Snapshot, seconds: float, kib: float) -> Snapshot:
 
 
 def test_the_nvlink_byte_rate_is_the_kib_counters_rate_times_1024():
-    (profile,) = [p for p in build_profiles(["dcgm"], hostname="h", dcgm_names="current")
+    (profile,) = [p for p in build_profiles(["dcgm"], ProfileOptions("h", dcgm_names="current"))
                   if not isinstance(p, HealthProfile)]
     first = _sample("h100x8")
     assert any(c.NVLINK_TX.key in s.values for s in first.devices)

@@ -10,7 +10,7 @@ import pytest
 
 from otel_gpu import sim
 from otel_gpu.attribute.k8s.attribution import attribute
-from otel_gpu.export.naming import build_profiles, render_profiles
+from otel_gpu.export.naming import ProfileOptions, build_profiles, render_profiles
 from otel_gpu.export.naming.dcgm import (
     DEFAULT_FIELDS,
     FIELDS,
@@ -181,7 +181,7 @@ def _a100_mig():
 def test_golden_exposition(profile, scenario):
     snap = _h100x8() if scenario == "h100x8" else _a100_mig()
     # the collector's health families are checked on their own below
-    views = [p for p in build_profiles([profile], hostname="gpu-node-1")
+    views = [p for p in build_profiles([profile], ProfileOptions("gpu-node-1"))
              if not isinstance(p, HealthProfile)]
     text = render_profiles(views, snap).decode()
     path = GOLDEN / f"{profile}-{scenario}.prom"
@@ -193,14 +193,14 @@ def test_golden_exposition(profile, scenario):
 def test_the_collectors_health_is_there_whatever_the_naming():
     snap = _a100_mig()
     for names in (["dcgm"], ["kubelet"], ["dcgm", "kubelet"]):
-        text = render_profiles(build_profiles(names, hostname="h"), snap).decode()
+        text = render_profiles(build_profiles(names, ProfileOptions("h")), snap).decode()
         assert text.count("# TYPE otel_gpu_sample_age_seconds gauge") == 1, names
         failed = [v for lab, v in series(text, "otel_gpu_devices", hw_state="failed")]
         assert failed == [0.0], names
         assert series(text, "otel_gpu_devices", hw_state="ok")[0][1] == len(snap.devices)
         assert series(text, "otel_gpu_samples_total")[0][1] == snap.seq
     # with the OpenTelemetry names they come from the SDK, not twice
-    text = render_profiles(build_profiles(["otel", "dcgm"], hostname="h"), snap).decode()
+    text = render_profiles(build_profiles(["otel", "dcgm"], ProfileOptions("h")), snap).decode()
     assert "otel_gpu_sample_age_seconds" not in text
 
 
@@ -209,7 +209,8 @@ def test_shared_gpu_copies_are_off_by_default():
     shared = [d.device.uuid for d in snap.devices][7]
 
     def temps(**kw):
-        text = render_profiles(build_profiles(["dcgm"], hostname="h", **kw), snap).decode()
+        profiles = build_profiles(["dcgm"], ProfileOptions("h", **kw))
+        text = render_profiles(profiles, snap).decode()
         return [ln for ln in text.splitlines()
                 if ln.startswith("DCGM_FI_DEV_GPU_TEMP{") and shared in ln]
 
@@ -223,10 +224,10 @@ def test_shared_gpu_copies_are_off_by_default():
 
 def test_hostname_label_setting():
     # dcgm-exporter's newest releases name it hostname (the default); older ones Hostname
-    text = render_profiles(build_profiles(["dcgm"], hostname="n1"), _a100_mig()).decode()
+    text = render_profiles(build_profiles(["dcgm"], ProfileOptions("n1")), _a100_mig()).decode()
     assert 'hostname="n1"' in text and "Hostname=" not in text
-    text = render_profiles(build_profiles(["dcgm"], hostname="n1", hostname_label="Hostname"),
-                           _a100_mig()).decode()
+    options = ProfileOptions("n1", hostname_label="Hostname")
+    text = render_profiles(build_profiles(["dcgm"], options), _a100_mig()).decode()
     assert 'Hostname="n1"' in text and "hostname=" not in text
 
 
@@ -242,7 +243,7 @@ EXPORTER_CSV = HERE / "fixtures" / "dcgm-exporter-fields.csv"
 
 
 def _dcgm(snap, **kw) -> str:
-    views = [p for p in build_profiles(["dcgm"], hostname="h", **kw)
+    views = [p for p in build_profiles(["dcgm"], ProfileOptions("h", **kw))
              if not isinstance(p, HealthProfile)]
     return render_profiles(views, snap).decode()
 
@@ -331,7 +332,8 @@ def test_exporter_fields_and_label_rows(tmp_path):
     g1 = gpu_device("GPU-11111111-0000-0000-0000-000000000000", 1)
     g2 = gpu_device("GPU-22222222-0000-0000-0000-000000000000", 2)
     reasons = "clock.reasons"
-    views = [p for p in build_profiles(["dcgm"], hostname="h", collectors_file=str(EXPORTER_CSV))
+    options = ProfileOptions("h", collectors_file=str(EXPORTER_CSV))
+    views = [p for p in build_profiles(["dcgm"], options)
              if not isinstance(p, HealthProfile)]
 
     def at(seq, t, xids, bits, state1=DEGRADED):
@@ -426,7 +428,7 @@ def test_kubelet_memory_is_what_cadvisor_read():
     """cAdvisor read the v1 memory call: used includes the driver's reserved memory and
     total is the physical total (on an H100, 541 MiB more than used + free)."""
     snap = _h100x8()
-    views = [p for p in build_profiles(["kubelet"], hostname="h")
+    views = [p for p in build_profiles(["kubelet"], ProfileOptions("h"))
              if not isinstance(p, HealthProfile)]
     text = render_profiles(views, snap).decode()
     by_uuid = {s.device.uuid: s.values for s in snap.devices}
@@ -453,10 +455,10 @@ def test_fan_speed_is_in_the_default_set_where_a_gpu_has_fans():
     with_fan = _replace(snap, devices=tuple(
         _replace(d, values={**d.values, "fan": 40.0}) if d is snap.devices[-1] else d
         for d in snap.devices))  # the last GPU, not in MIG mode, gets a fan
-    text = render_profiles(build_profiles(["dcgm"], hostname="h"), with_fan).decode()
+    text = render_profiles(build_profiles(["dcgm"], ProfileOptions("h")), with_fan).decode()
     fans = [ln for ln in text.splitlines() if ln.startswith("DCGM_FI_DEV_FAN_SPEED{")]
     assert len(fans) == 1 and fans[0].endswith(" 40")
-    plain = render_profiles(build_profiles(["dcgm"], hostname="h"), snap).decode()
+    plain = render_profiles(build_profiles(["dcgm"], ProfileOptions("h")), snap).decode()
     assert "DCGM_FI_DEV_FAN_SPEED{" not in plain  # no fans, no series (never a 0)
 
 

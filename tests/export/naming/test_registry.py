@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from otel_gpu.config.values import parse_naming
+from otel_gpu.config import OPTIONS, Config
+from otel_gpu.config.settings import (
+    DCGM_DEVICES,
+    DCGM_NAMES,
+    DCGM_POD_LABEL_STYLES,
+    NAMING_PROFILES,
+)
 from otel_gpu.export import naming
 from otel_gpu.export.naming import PROFILES, ProfileOptions, profile
 
@@ -35,9 +42,27 @@ def test_an_unknown_profile_is_one_line_naming_the_known_ones():
 
 def test_settings_accept_exactly_the_registered_profiles():
     # config sits below export and cannot read the registry: this keeps the two in step
-    assert parse_naming(",".join(PROFILES)) == tuple(PROFILES)
+    assert tuple(PROFILES) == NAMING_PROFILES
+    (row,) = [o for o in OPTIONS if o.key == "naming"]
+    assert row.parse(",".join(PROFILES)) == tuple(PROFILES)
     with pytest.raises(ValueError):
-        parse_naming("nvidia-smi")
+        row.parse("nvidia-smi")
+
+
+def test_the_dcgm_settings_defaults_and_choices_are_the_profiles():
+    """Each dcgm setting's default is what ProfileOptions holds unless told otherwise, and
+    each of its choices builds the profile."""
+    defaults = ProfileOptions.from_config(Config())
+    assert dataclasses.replace(defaults, hostname="h") == ProfileOptions("h")
+    for key, field, choices in (("dcgm_devices", "devices", DCGM_DEVICES),
+                                ("dcgm_pod_label_style", "pod_label_style",
+                                 DCGM_POD_LABEL_STYLES),
+                                ("dcgm_names", "dcgm_names", DCGM_NAMES)):
+        (row,) = [o for o in OPTIONS if o.key == key]
+        assert row.metavar == "|".join(choices)
+        for chosen in choices:
+            options = dataclasses.replace(defaults, **{field: chosen})
+            assert profile("dcgm").build(options) is not None, (key, chosen)
 
 
 def test_the_health_profile_does_not_import_the_docs_renderer():
@@ -51,8 +76,8 @@ def test_the_health_profile_does_not_import_the_docs_renderer():
 
 
 def test_a_profile_module_is_imported_only_when_asked_for():
-    code = ("import sys; from otel_gpu.export.naming import build_profiles; "
-            "build_profiles(['otel', 'kubelet'], hostname='h'); "
+    code = ("import sys; from otel_gpu.export.naming import ProfileOptions, build_profiles; "
+            "build_profiles(['otel', 'kubelet'], ProfileOptions('h')); "
             "print('otel_gpu.export.naming.dcgm' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).parents[3]).stdout.strip()

@@ -22,7 +22,6 @@ from otel_gpu.export.otlp.transport import (
     resolve,
     resolve_protocol,
 )
-from otel_gpu.wiring import choose_exporters
 from tests.support.certs import make_certs
 from tests.support.exporters import RecordingExporter
 
@@ -118,16 +117,6 @@ def test_protocol_resolution():
     assert resolve_protocol(OtlpSettings(protocol="grpc"), env) == "grpc"
     with pytest.raises(OtlpSetupError, match="http/json"):
         resolve_protocol(s, {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"})
-
-
-def test_exporters_default_to_prometheus_until_an_endpoint_is_set():
-    cfg = load({}, environ={})
-    assert choose_exporters(cfg, {}) == ("prometheus",)
-    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}
-    assert choose_exporters(cfg, env) == ("prometheus", "otlp")
-    assert choose_exporters(load({"exporters": "otlp"}, environ={}), env) == ("otlp",)
-    with pytest.raises(ValueError, match="prometheus and/or otlp"):
-        load({"exporters": "prometheus,statsd"}, environ={})
 
 
 def test_unreadable_tls_file_is_a_setup_error(tmp_path):

@@ -25,11 +25,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from otel_gpu.export.collected import CollectingReader
-from otel_gpu.export.prometheus.endpoint import new_reader
 from otel_gpu.export.prometheus.text import TextWriter
 from otel_gpu.instrument.telemetry import build_meter_provider, build_resource
 from otel_gpu.snapshot import FAILED, OK, Attribution, Device, DeviceSample, Pods
 from otel_gpu.workload import Holder, PodRef
+from tests.support.exposition import new_reader
 from tests.support.metrics_data import CUMULATIVE, DELTA, data, gauge, point, total
 from tests.support.snapshots import snapshot
 

@@ -38,17 +38,12 @@ from otel_gpu.export.naming.dcgm.counters import (
     UNAVAILABLE,
 )
 from otel_gpu.export.naming.dcgm.fields import FIELDS, DcgmField
-from otel_gpu.export.naming.dcgm.profile import (
-    DEVICE_SELECTIONS,
-    HPC_JOB_LABEL,
-    POD_LABEL_STYLES,
-    DcgmProfile,
-)
+from otel_gpu.export.naming.dcgm.profile import HPC_JOB_LABEL, DcgmProfile
 
 __all__ = [
-    "ALIASES", "CLOCK_EVENTS", "DEFAULT_COUNTERS", "DEFAULT_FIELDS", "DEVICE_SELECTIONS",
+    "ALIASES", "CLOCK_EVENTS", "DEFAULT_COUNTERS", "DEFAULT_FIELDS",
     "EXPORTER_FIELDS", "FIELDS", "HPC_JOB_LABEL", "LABEL_FIELDS", "LEGACY_NAMES", "NAMING",
-    "POD_LABEL_STYLES", "UNAVAILABLE", "WINDOW_SECONDS", "CollectorsError", "Column", "CsvEntry",
+    "UNAVAILABLE", "WINDOW_SECONDS", "CollectorsError", "Column", "CsvEntry",
     "DcgmField", "DcgmProfile", "ExporterField", "LabelField", "default_columns",
     "parse_collectors", "select_fields",
 ]
@@ -72,9 +67,7 @@ class _Dcgm:
 
     def build(self, options: ProfileOptions) -> DcgmProfile:
         columns, _ = self._select(options)
-        return DcgmProfile(columns, options.hostname, hostname_label=options.hostname_label,
-                           shared_gpu_copies=options.shared_gpu_copies, devices=options.devices,
-                           pod_label_style=options.pod_label_style)
+        return DcgmProfile(columns, options)
 
 
 NAMING = _Dcgm()

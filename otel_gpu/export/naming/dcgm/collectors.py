@@ -7,6 +7,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from otel_gpu._files import FileError, read_text
+from otel_gpu.config import Config
+from otel_gpu.config.settings import DCGM_NAMES
 from otel_gpu.errors import SetupError
 from otel_gpu.export.naming.dcgm.columns import (
     DEFAULT_LABELS,
@@ -20,7 +22,6 @@ from otel_gpu.export.naming.dcgm.counters import (
     DEFAULT_COUNTERS_CURRENT,
     DEFAULT_FIELDS,
     DEFAULT_FIELDS_CURRENT,
-    GENERATIONS,
     LEGACY_NAMES,
     UNAVAILABLE,
 )
@@ -99,12 +100,12 @@ def _shorten(text: str) -> str:
     return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
-def default_columns(generation: str = "legacy") -> list[Column]:
+def default_columns(generation: str = Config.dcgm_names) -> list[Column]:
     """The built-in set: NVIDIA's default counters file, with its types and HELP texts,
     under dcgm-exporter's names up to 4.8 (``legacy``) or from 4.9 on (``current``)."""
-    if generation not in GENERATIONS:
-        raise ValueError(f"dcgm_names: expected one of {', '.join(GENERATIONS)}")
-    rows, chosen = ((DEFAULT_COUNTERS, DEFAULT_FIELDS) if generation == "legacy"
+    if generation not in DCGM_NAMES:
+        raise ValueError(f"dcgm_names: expected one of {', '.join(DCGM_NAMES)}")
+    rows, chosen = ((DEFAULT_COUNTERS, DEFAULT_FIELDS) if generation == DCGM_NAMES[0]
                     else (DEFAULT_COUNTERS_CURRENT, DEFAULT_FIELDS_CURRENT))
     columns: list[Column] = []
     for name, type_, help_ in rows:
@@ -144,7 +145,7 @@ def _column(entry: CsvEntry) -> Column | str:
 
 
 def select_fields(entries: Iterable[CsvEntry] | None,
-                  generation: str = "legacy") -> tuple[list[Column], list[str]]:
+                  generation: str = Config.dcgm_names) -> tuple[list[Column], list[str]]:
     """The columns to export, and a line per requested field that cannot be (with why).
 
     ``None`` is the built-in set (:func:`default_columns`) of ``generation``; a

@@ -61,9 +61,6 @@ DEFAULT_FIELDS: tuple[str, ...] = tuple(
     name for name, _, _ in DEFAULT_COUNTERS if name in FIELDS
 ) + ("DCGM_FI_DEV_FAN_SPEED",)
 
-GENERATIONS = ("legacy", "current")
-"""``dcgm_names``: dcgm-exporter's names up to 4.8, or those of 4.9 and later."""
-
 _NEW_NAME = {r.old: new for new, r in RENAMES.items() if r.since == "4.9"}
 _NEW_LABEL = {old: new for new, old in CURRENT_LABELS.items()}
 

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from otel_gpu.config.settings import DCGM_DEVICES, DCGM_POD_LABEL_STYLES
+from otel_gpu.export.naming import ProfileOptions
 from otel_gpu.export.naming.dcgm.columns import (
     _HEALTH,
     CLOCK_EVENTS,
@@ -27,10 +29,6 @@ from otel_gpu.sample import sources as c
 from otel_gpu.snapshot import FAILED, DeviceSample, Snapshot
 
 # --- rendering -------------------------------------------------------------------------
-
-DEVICE_SELECTIONS = ("auto", "gpus", "instances", "both")
-"""dcgm-exporter's ``-d``: ``f`` (instances of a MIG GPU, else the GPU), ``g``, ``i``, ``g+i``."""
-POD_LABEL_STYLES = ("current", "old")
 
 _POD_LABELS = {
     "current": ("pod", "namespace", "container"),
@@ -82,26 +80,20 @@ class DcgmProfile:
     """Renders a snapshot under dcgm-exporter's names and labels."""
 
     def __init__(
-        self,
-        fields: Sequence[Column],
-        hostname: str,
-        *,
-        hostname_label: str = "hostname",
-        shared_gpu_copies: bool = False,
-        devices: str = "auto",
-        pod_label_style: str = "current",
-        window: float = WINDOW_SECONDS,
+        self, fields: Sequence[Column], options: ProfileOptions, *, window: float = WINDOW_SECONDS,
     ) -> None:
-        if devices not in DEVICE_SELECTIONS:
-            raise ValueError(f"devices: expected one of {', '.join(DEVICE_SELECTIONS)}")
-        if pod_label_style not in POD_LABEL_STYLES:
-            raise ValueError(f"pod_label_style: expected one of {', '.join(POD_LABEL_STYLES)}")
+        devices, pod_label_style = options.devices, options.pod_label_style
+        if devices not in DCGM_DEVICES:
+            raise ValueError(f"devices: expected one of {', '.join(DCGM_DEVICES)}")
+        if pod_label_style not in DCGM_POD_LABEL_STYLES:
+            raise ValueError(
+                f"pod_label_style: expected one of {', '.join(DCGM_POD_LABEL_STYLES)}")
         self.fields = tuple(fields)
         self.values = tuple(c for c in self.fields if not isinstance(c, LabelField))
         self.labels = tuple(c for c in self.fields if isinstance(c, LabelField))
-        self.hostname = hostname
-        self.hostname_label = hostname_label
-        self.shared_gpu_copies = shared_gpu_copies
+        self.hostname = options.hostname
+        self.hostname_label = options.hostname_label
+        self.shared_gpu_copies = options.shared_gpu_copies
         self.devices = devices
         self.pod_labels = _POD_LABELS[pod_label_style]
         self.uuid_label = "uuid" if pod_label_style == "old" else "UUID"

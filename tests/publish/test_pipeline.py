@@ -8,7 +8,7 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from otel_gpu.publish.loop import Followup, Pipeline
+from otel_gpu.publish.pipeline import Followup, Pipeline
 from otel_gpu.publish.readiness import Readiness
 from otel_gpu.publish.store import SnapshotStore
 from otel_gpu.publish.timings import Timings
