@@ -257,7 +257,8 @@ def serve(config: Config) -> int:
 
 
 def check(config: Config) -> int:
-    from otel_gpu.instrument.catalog import CATALOG, device_observations
+    from otel_gpu.instrument.catalog import CATALOG
+    from otel_gpu.instrument.schema import device_observations
     from otel_gpu.wiring import sample_once
 
     with _starting() as starting:  # a driver that cannot load: its error line alone

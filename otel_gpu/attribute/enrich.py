@@ -2,10 +2,10 @@
 
 An enricher takes the sampler's snapshot and hands on a copy with its
 workloads attached (pods, HPC jobs, containers outside Kubernetes), as
-dcgm-exporter's ``Transform`` does. :class:`Enrichers` runs the configured
-ones in order; the publish loop sees one of them and nothing else.
-:class:`Bounded` runs one on a thread of its own, so that a read of its that
-never returns cannot hold the sampling of any GPU. An enricher whose source is
+dcgm-exporter's ``Transform`` does; the publish loop runs the configured ones
+in order (pods, then jobs, then containers). :class:`Bounded` runs one on a
+thread of its own, so that a read of its that never returns cannot hold the
+sampling of any GPU. An enricher whose source is
 asked in the background (the kubelet, the container runtime) is a
 :class:`Watched` one: the service starts, stops and asks each alike.
 """
@@ -64,21 +64,6 @@ class Watched:
     def refresh(self) -> bool:
         """Ask the source once, now (what ``check`` shows); whether it answered."""
         return self.watcher.poll_once()
-
-
-class Enrichers:
-    """The enrichers present, applied in order (pods, then jobs, then containers)."""
-
-    def __init__(self, *stages: Enricher | None) -> None:
-        self.stages: tuple[Enricher, ...] = tuple(s for s in stages if s is not None)
-
-    def __bool__(self) -> bool:
-        return bool(self.stages)
-
-    def process(self, snapshot: Snapshot) -> Snapshot:
-        for stage in self.stages:
-            snapshot = stage.process(snapshot)
-        return snapshot
 
 
 class _Job:

@@ -8,7 +8,8 @@ from importlib import resources
 
 from otel_gpu.export.naming.otel import prometheus_name
 from otel_gpu.instrument.attributes import DEVICE_ATTRIBUTES, IDENTITY_ATTRIBUTES
-from otel_gpu.instrument.catalog import CATALOG, Metric
+from otel_gpu.instrument.catalog import CATALOG
+from otel_gpu.instrument.schema import Metric
 from otel_gpu.workload import WORKLOAD_ATTRIBUTES
 
 __all__ = ["markdown", "migration", "prometheus_name", "text_table"]

@@ -43,7 +43,6 @@ from otel_gpu.instrument.schema import (
     Kind,
     Metric,
     Point,
-    device_observations,
 )
 from otel_gpu.instrument.schema import all_sources as _all_sources
 from otel_gpu.sample.sources import (
@@ -126,10 +125,6 @@ from otel_gpu.sample.sources import (
     Source,
 )
 from otel_gpu.workload import POD_ATTRIBUTES
-
-__all__ = [  # the table, and the names the other stages have always taken from here
-    "CATALOG", "Kind", "Metric", "all_sources", "device_observations",
-]
 
 _TO_CONTAINER = "per container (/proc/PID/cgroup, kubelet /var/log/pods)"
 _SHARE_SOURCE = ("nvmlDeviceGetProcessesUtilizationInfo (else nvmlDeviceGetProcessUtilization) "

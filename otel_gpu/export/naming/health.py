@@ -14,7 +14,8 @@ from collections.abc import Callable
 
 from otel_gpu.export.naming.exposition import Family
 from otel_gpu.export.naming.otel import prometheus_name
-from otel_gpu.instrument.catalog import CATALOG, Kind, Metric
+from otel_gpu.instrument.catalog import CATALOG
+from otel_gpu.instrument.schema import Kind, Metric
 from otel_gpu.snapshot import Snapshot
 
 _TYPES = {Kind.GAUGE: "gauge", Kind.COUNTER: "counter", Kind.UPDOWNCOUNTER: "gauge"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from otel_gpu.instrument.catalog import Kind, Metric
+from otel_gpu.instrument.schema import Kind, Metric
 
 # The OpenTelemetry Prometheus exporter's unit suffixes for the units we use.
 _PROM_UNITS = {"By": "bytes", "W": "watts", "J": "joules", "Cel": "celsius", "Hz": "hertz",

@@ -6,7 +6,7 @@ from types import MappingProxyType
 
 from otel_gpu.attribute.container.enrich import ContainerEnricher, container_enricher
 from otel_gpu.attribute.container.runtime import RuntimeState
-from otel_gpu.attribute.enrich import Enricher, Enrichers
+from otel_gpu.attribute.enrich import Enricher
 from otel_gpu.snapshot import Attribution, Pods, PodUsage, ProcessUsage
 from otel_gpu.workload import ContainerRef
 from tests.support.snapshots import GPU0, GPU1, gpu_device, sample, snapshot
@@ -81,11 +81,9 @@ def test_the_pods_usage_stands_where_the_kubelet_answers(tmp_path):
     assert joined.series_containers(GPU0) == (TRAINER,)
 
 
-def test_the_stage_is_on_with_process_usage_only_and_chains():
+def test_the_stage_is_on_with_process_usage_only():
     assert container_enricher("/nope.sock", "/proc", interval=1.0, processes=False) is None
     stage = container_enricher("/nope.sock", "/proc", interval=1.0, processes=True)
     assert stage is not None
-    chain = Enrichers(None, stage, None)
-    assert chain.stages == (stage,) and bool(chain) and not Enrichers(None)
     node = _node()
-    assert chain.process(node) is node  # no socket: not polled yet, nothing attached
+    assert stage.process(node) is node  # no socket: not polled yet, nothing attached
