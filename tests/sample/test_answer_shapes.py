@@ -166,8 +166,9 @@ every sample (or cycles), so a value equal to the unshaped run's is this sample'
 SAMPLES = 3
 """Samples per case: the shape starts in the first sample that makes its call each sample
 (the second; the first for calls made only at discovery or once per device)."""
-READ_TIMEOUT = 0.3
-"""The sampler's deadline per sample: a hung call costs each case this much per sample."""
+READ_TIMEOUT = 1.0
+"""The sampler's deadline per sample: a hung call costs each case this much per sample (at
+0.3 s, a loaded two-core machine had healthy GPUs reported hung in the first sample)."""
 SAMPLE_DEADLINE = READ_TIMEOUT * 4 + 5.0
 """How long ``sample()`` may take before the case fails as blocked."""
 SLOW = 0.02
