@@ -126,6 +126,8 @@ class Tracked:
     procs: ProcessState = field(default_factory=ProcessState)
     gpm: GpmState = field(default_factory=GpmState)
     xid: XidState = field(default_factory=XidState)
+    mig_note: str | None = None
+    """Sampler thread: why a GPU in MIG mode shows no MIG instance, from its discovery."""
     hung_since: float | None = None
     """Sampler thread: when the GPU's pending call started, while it hangs."""
 

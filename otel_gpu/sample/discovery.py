@@ -10,6 +10,7 @@ turns the records into :class:`~otel_gpu.sample.device.Tracked` devices
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -51,9 +52,35 @@ class Found:
     device: Device | None = None
     """Its description, when it was not known before."""
     mig: tuple[tuple[Device, Any], ...] = ()
+    mig_note: str | None = None
+    """Why a GPU in MIG mode shows no MIG instance (none exists, or NVML refused them)."""
     """Its MIG instances and their handles."""
     registration: Result | None = None
     """The answer of its XID event registration, when one was made."""
+
+
+MAX_ID = 64
+"""More MIG slots, GPU instances or compute instances than a GPU has (seven on A100 and
+H100, ids below 15): an id or count past it (NVML's all-ones, say) is no answer."""
+
+
+def _small(value: Any) -> int | None:
+    """A MIG slot count or instance id NVML answered, or None where it cannot be one."""
+    return value if isinstance(value, int) and 0 <= value < MAX_ID else None
+
+
+def _distinct_ids(found: list[tuple[Device, Any]]) -> tuple[tuple[Device, Any], ...]:
+    """Two instances of one GPU never share a GPU and compute instance id: where NVML says
+    they do, neither id is believed (their GPM, read by the id, is left out rather than
+    one instance's given as the other's)."""
+    pairs: Counter[tuple[int | None, int | None]] = Counter(
+        (d.gpu_instance_id, d.compute_instance_id) for d, _ in found
+        if d.gpu_instance_id is not None)
+    return tuple(
+        (replace(d, gpu_instance_id=None, compute_instance_id=None,
+                 gpu_instance_profile_id=None, placement_start=None)
+         if pairs[(d.gpu_instance_id, d.compute_instance_id)] > 1 else d, handle)
+        for d, handle in found)
 
 
 class Discovery:
@@ -63,6 +90,8 @@ class Discovery:
         self._nvml = nvml
         self._m = nvml.module
         self._sysfs_root = sysfs_root
+        self._gone_codes = frozenset(getattr(self._m, n) for n in (
+            "NVML_ERROR_NOT_FOUND", "NVML_ERROR_INVALID_ARGUMENT") if hasattr(self._m, n))
 
     def _get(self, worker: DeviceWorker, func: Callable[..., Any], *args: Any) -> Any:
         """A discovery read whose failure just leaves the attribute unknown."""
@@ -89,10 +118,11 @@ class Discovery:
         handle, uuid = res.value, text(uuid)
         device = None if uuid in known else self._describe(index, handle, uuid, worker)
         name = device.name if device is not None else ""
-        mig = self._mig(handle, name, worker)
+        mig, mig_note = self._mig(handle, name, worker)
         with worker.doing("nvmlDeviceRegisterEvents"):
             registration = register(uuid, handle)
-        return Found(index, handle, uuid, device=device, mig=mig, registration=registration)
+        return Found(index, handle, uuid, device=device, mig=mig, mig_note=mig_note,
+                     registration=registration)
 
     def reopenable(self, index: int, worker: DeviceWorker) -> bool:
         """Whether a GPU that could not be opened now can: two calls."""
@@ -123,30 +153,46 @@ class Discovery:
         )
 
     def _mig(self, handle: Any, gpu_name: str, worker: DeviceWorker
-             ) -> tuple[tuple[Device, Any], ...]:
+             ) -> tuple[tuple[tuple[Device, Any], ...], str | None]:
         """The GPU's MIG instances, described as far as the parent's identity is not needed
-        (``assemble`` fills that in): a placeholder parent of the right name."""
+        (``assemble`` fills that in): a placeholder parent of the right name; and, in MIG
+        mode without one, why."""
         m = self._m
         get = self._get
         with worker.doing("nvmlDeviceGetMigMode"):
             mode = self._nvml.call(m.nvmlDeviceGetMigMode, handle)
         if not mode.ok or mode.value[0] != m.NVML_DEVICE_MIG_ENABLE:
-            return ()
-        slots = get(worker, m.nvmlDeviceGetMaxMigDeviceCount, handle) or 0
+            return (), None
+        told = _small(get(worker, m.nvmlDeviceGetMaxMigDeviceCount, handle))
+        # The slot past the count is asked too: where it answers, the count was wrong and
+        # every slot an id can have is asked (so is each where the count gave no answer).
+        limit = told + 1 if told else MAX_ID
         out = []
-        for slot in range(slots):
+        refused: set[str] = set()
+        slot = 0
+        while slot < limit:
             with worker.doing("nvmlDeviceGetMigDeviceHandleByIndex"):
                 res = self._nvml.call(m.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot)
+            slot += 1
             if not res.ok:
-                continue  # empty slot
+                if res.code not in self._gone_codes:  # not an empty slot
+                    refused.add(res.message)
+                continue
+            if slot == limit and limit < MAX_ID:
+                limit = MAX_ID
             uuid = get(worker, m.nvmlDeviceGetUUID, res.value)
             if uuid is None:
                 continue
             name = get(worker, m.nvmlDeviceGetName, res.value)
-            gi_id = get(worker, m.nvmlDeviceGetGpuInstanceId, res.value)
+            gi_id = _small(get(worker, m.nvmlDeviceGetGpuInstanceId, res.value))
             # The GPU instance's profile id and placement, as NVIDIA's DRA driver names it.
-            gi = get(worker, m.nvmlDeviceGetGpuInstanceById, handle, gi_id) if isinstance(
-                gi_id, int) else None
+            gi = None
+            if gi_id is not None:
+                with worker.doing("nvmlDeviceGetGpuInstanceById"):
+                    found = self._nvml.call(m.nvmlDeviceGetGpuInstanceById, handle, gi_id)
+                gi = found.value if found.ok else None
+                if found.code in self._gone_codes:
+                    gi_id = None  # the GPU has no instance of that id: the answer was wrong
             info = get(worker, m.nvmlGpuInstanceGetInfo, gi) if gi is not None else None
             name_text = text(name) if name else ""
             device = Device(
@@ -156,13 +202,18 @@ class Discovery:
                 model="",
                 pci_bus_id="",
                 gpu_instance_id=gi_id,
-                compute_instance_id=get(worker, m.nvmlDeviceGetComputeInstanceId, res.value),
+                compute_instance_id=_small(
+                    get(worker, m.nvmlDeviceGetComputeInstanceId, res.value)),
                 mig_profile=mig_profile(name_text),
                 gpu_instance_profile_id=int(info.profileId) if info is not None else None,
                 placement_start=int(info.placement.start) if info is not None else None,
             )
             out.append((device, res.value))
-        return tuple(out)
+        note = None
+        if not out:
+            note = ("in MIG mode, but NVML lists no MIG instance: "
+                    + ("; ".join(sorted(refused)) if refused else "none is created"))
+        return _distinct_ids(out), note
 
     # --- on the sampler thread ----------------------------------------------------------
 
@@ -176,6 +227,7 @@ class Discovery:
             gpu = Tracked(found.device, found.handle)
         gpu.handle = found.handle
         gpu.open_failure = None
+        gpu.mig_note = found.mig_note
         out = [gpu]
         for partial, handle in found.mig:
             device = replace(

@@ -75,6 +75,9 @@ class GpmState:
     """Metric ids the device cannot give: not asked for again."""
     primed: bool = False
     """Whether the device's first GPM sample was taken ahead of its first read."""
+    refused: str | None = None
+    """Set while a MIG instance's GPM sample is refused as if the instance were gone, and
+    rediscovery finds it still there: what answered what."""
 
     def restart(self) -> None:
         """Forget the last sample (the device failed): the next one starts a new interval."""
@@ -176,7 +179,7 @@ class GpmCollector:
         if not res.ok:
             self._failed(t, what, res)
             return
-        state.busy = None
+        state.busy = state.refused = None
         previous, state.previous = state.previous, buffer
         if previous is not None:
             self._metrics(t, previous, buffer, values, unsupported, worker)
@@ -257,7 +260,10 @@ class GpmCollector:
             state.wait = self._retry_every - 1
             state.restart()  # the counters were not ours in between
         elif t.device.is_mig and res.code in self._gone_codes:
-            state.restart()  # the instance is gone: the sampler's own reads rediscover
+            # the instance is gone (the sampler's own reads rediscover), or its GPU instance
+            # id is not the driver's: said as a problem until a sample is taken again
+            state.restart()
+            state.refused = f"{what} answered {error_name(res.code, self._m)}"
         elif res.outcome is Outcome.UNSUPPORTED:
             self._unavailable(state, self._why(what, res))
         elif res.outcome is Outcome.DEVICE_FAILED:
@@ -312,6 +318,8 @@ class GpmCollector:
                     absent.add(state.unavailable)
             elif state.busy is not None:
                 key = ("busy", state.busy)
+            elif state.refused is not None:
+                key = ("refused", state.refused)
             else:
                 if self._logged.get(t.device.uuid, ("",))[0] == "busy":
                     freed.append(t.label())
@@ -325,6 +333,9 @@ class GpmCollector:
             if kind == "off":
                 log.info("profiling metrics (NVML GPM) are omitted for %s: %s",
                          ", ".join(labels), why)
+            elif kind == "refused":
+                log.warning("profiling metrics (NVML GPM) are refused for %s (%s): omitted, "
+                            "asked again every sample", ", ".join(labels), why)
             else:
                 log.warning("profiling metrics (NVML GPM) are paused for %s: the counters are "
                             "in use by another profiler (%s); asking again every %d samples",
@@ -338,6 +349,9 @@ class GpmCollector:
             if kind == "off":
                 line = f"no profiling metrics (NVML GPM) for {', '.join(labels)}: {why}"
                 (notes if why in absent else problems).append(line)
+            elif kind == "refused":
+                problems.append(f"profiling metrics (NVML GPM) refused for "
+                                f"{', '.join(labels)}: {why}")
             else:
                 notes.append(f"profiling metrics (NVML GPM) paused for {', '.join(labels)}: "
                              f"counters in use by another profiler ({why})")

@@ -32,6 +32,7 @@ from otel_gpu.sample.device import Tracked, state_of
 from otel_gpu.sample.discovery import Discovery, mig_profile, unknown_uuid
 from otel_gpu.sample.gpm import WINDOW, GpmCollector
 from otel_gpu.sample.library import Nvml
+from otel_gpu.sample.node import NodeCalls
 from otel_gpu.sample.outcomes import Bounds, Outcomes, log_unsupported
 from otel_gpu.sample.processes import ProcessReads
 from otel_gpu.sample.sources import Source
@@ -88,6 +89,8 @@ class Sampler:
         self._topology = Topology(Discovery(nvml, sysfs_root=sysfs_root), self._workers,
                                   self._xid, timeout=read_timeout, release=self._release_gpm,
                                   clock=clock, failures=self._failures)
+        self._node = NodeCalls(nvml, self._workers, self._topology, self._xid, self._failures,
+                               timeout=read_timeout, clock=clock)
         self._seq = 0
         self._limited = LogLimiter(log, 300.0, clock=clock)
 
@@ -97,8 +100,10 @@ class Sampler:
         """Read everything once. Never raises for a driver error, never waits on a hung GPU."""
         started = self._clock()
         problems: list[str] = []
-        count = self._nvml.call(self._m.nvmlDeviceGetCount)
-        if count.ok:
+        count = self._node.count(problems)
+        if count is None:
+            pass  # hung or raised, said above: the GPUs known are read as before
+        elif count.ok:
             # Periodic rediscovery catches GPUs back after a reset and anything the
             # cheaper triggers miss; a MIG re-layout is caught on its first failing call.
             periodic = self._seq > 0 and self._seq % self._rediscover_every == 0
@@ -108,6 +113,7 @@ class Sampler:
                 if known is not None and count.value != known:
                     log.warning("NVML now reports %d GPU(s), was %d", count.value, known)
                 self._outcomes.topology_changed = False
+                self._node.setup(problems)
                 self._topology.discover(count.value, problems)
             else:
                 problems.extend(f"GPU {i} could not be opened"
@@ -116,9 +122,11 @@ class Sampler:
             problems.append(f"nvmlDeviceGetCount failed: {count.message}")
             self._limited.log("count", logging.WARNING, "nvmlDeviceGetCount failed: %s",
                               count.message)
-        if count.ok and count.value == 0:
+        if count is not None and count.ok and count.value == 0:
             problems.append("NVML reports no GPU")
-        self._xid.drain()
+        problems.extend(f"{t.label()}: {t.mig_note}" for t in self._topology.devices
+                        if t.mig_note)
+        self._node.events(problems)
         samples = self._read_all(problems)
         notes, gpm_problems = self._gpm.summary(self._topology.devices)
         problems.extend(gpm_problems)

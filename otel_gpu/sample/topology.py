@@ -37,7 +37,8 @@ class Topology:
                  timeout: float, release: Callable[[Tracked], None],
                  clock: Callable[[], float] = time.monotonic,
                  failures: ReaderFailures | None = None) -> None:
-        self._discovery = discovery
+        self.discovery = discovery
+        """What looks GPUs up (the node's calls read the driver version through it too)."""
         self._failures = ReaderFailures(clock) if failures is None else failures
         self._workers = workers
         self._xid = xid
@@ -60,7 +61,7 @@ class Topology:
         if not self.unopened:
             return False
         errors: dict[int, BaseException] = {}
-        done = self._workers.run({i: partial(self._discovery.reopenable, i)
+        done = self._workers.run({i: partial(self.discovery.reopenable, i)
                                   for i in sorted(self.unopened)}, self._timeout, errors)
         self._raised(errors)
         return any(done.values())
@@ -68,16 +69,13 @@ class Topology:
     def discover(self, count: int, problems: list[str]) -> None:
         previous = {t.device.uuid: t for t in self.devices}
         gpus = {t.device.index: t for t in self.devices if not t.device.is_mig}
-        if self.driver_version is None:
-            self.driver_version = self._discovery.driver_version()
-        self._xid.ready()
 
         def register(uuid: str, handle: Any) -> Result | None:
             return self._xid.register(handle) if self._xid.wanted(previous.get(uuid)) else None
 
         errors: dict[int, BaseException] = {}
         done = self._workers.run(
-            {i: partial(self._discovery.open, i, frozenset(previous), register)
+            {i: partial(self.discovery.open, i, frozenset(previous), register)
              for i in range(count)}, self._timeout, errors)
         self._raised(errors)
         found: list[Tracked] = []
@@ -87,7 +85,7 @@ class Topology:
             if result is None:  # hung, or its look-up raised: keep what was known, if anything
                 self._undiscovered.add(index)
                 found.extend([old, *self._children(old)] if old is not None else [
-                    self._discovery.unopened(index, count, NOT_FINISHED)])
+                    self.discovery.unopened(index, count, NOT_FINISHED)])
             elif result.uuid is None:
                 found.extend(self._unopenable(result, old, count, problems))
             else:
@@ -120,7 +118,7 @@ class Topology:
             self._failures.record(f"GPU {index}", "discovery", describe(error), error)
 
     def _assemble(self, result: Found, previous: Mapping[str, Tracked]) -> list[Tracked]:
-        tracked = self._discovery.assemble(result, previous)
+        tracked = self.discovery.assemble(result, previous)
         if result.registration is not None:
             self._xid.registered(tracked[0], result.registration)
         return tracked
@@ -145,4 +143,4 @@ class Topology:
         if old is not None:
             old.open_failure = f"could not be opened: {why}"
             return [old, *self._children(old)]
-        return [self._discovery.unopened(index, count, f"could not be opened: {why}")]
+        return [self.discovery.unopened(index, count, f"could not be opened: {why}")]

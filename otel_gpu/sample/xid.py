@@ -19,6 +19,7 @@ from typing import Any
 from otel_gpu._log import LogLimiter
 from otel_gpu.sample.device import Tracked
 from otel_gpu.sample.library import Nvml, Result
+from otel_gpu.sample.workers import DeviceWorker
 from otel_gpu.snapshot import XidEvent
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,11 @@ class XidEvents:
             self._event_set = res.value
         return True
 
+    @property
+    def is_ready(self) -> bool:
+        """Whether the event set exists (made by :meth:`ready`)."""
+        return self._event_set is not None
+
     def wanted(self, t: Tracked | None) -> bool:
         """Whether discovery should register this GPU (``None``: one not seen before) now."""
         return self._event_set is not None and (
@@ -95,29 +101,36 @@ class XidEvents:
         """The GPUs events are matched to, by handle address."""
         self._by_token = dict(devices)
 
-    def drain(self) -> None:
-        """Read the events waiting, at most ``max_events`` per sample (sampler thread)."""
+    def collect(self, worker: DeviceWorker) -> list[tuple[int, int, int | None, int | None]]:
+        """The events waiting, at most ``max_events`` per sample, as (device token, code, GPU
+        instance, compute instance): on the node's worker, so a wait that never returns
+        holds no GPU; :meth:`apply` hands them to their GPUs on the sampler thread."""
+        found: list[tuple[int, int, int | None, int | None]] = []
         if self._event_set is None:
-            return
+            return found
         m = self._m
         for _ in range(self._max_events):
-            res = self._nvml.call(m.nvmlEventSetWait_v2, self._event_set, 0)
+            with worker.doing("nvmlEventSetWait"):
+                res = self._nvml.call(m.nvmlEventSetWait_v2, self._event_set, 0)
             if not res.ok:
                 if res.code != m.NVML_ERROR_TIMEOUT:
                     self._limited.log("events", logging.WARNING,
                                       "reading XID events failed: %s", res.message)
-                return
-            tracked = self._by_token.get(token(res.value.device) or 0)
+                return found
+            found.append((token(res.value.device) or 0, int(res.value.eventData),
+                          _instance_id(getattr(res.value, "gpuInstanceId", None)),
+                          _instance_id(getattr(res.value, "computeInstanceId", None))))
+        return found
+
+    def apply(self, found: list[tuple[int, int, int | None, int | None]]) -> None:
+        """Count what :meth:`collect` found on the GPUs it names (sampler thread)."""
+        for key, code, gpu_instance, compute_instance in found:
+            tracked = self._by_token.get(key)
             if tracked is None:
                 continue
-            code = int(res.value.eventData)
             xid = tracked.xid
             xid.counts[code] += 1
             xid.last = code
-            xid.pending.append(XidEvent(
-                code, self._wall(),
-                _instance_id(getattr(res.value, "gpuInstanceId", None)),
-                _instance_id(getattr(res.value, "computeInstanceId", None)),
-            ))
+            xid.pending.append(XidEvent(code, self._wall(), gpu_instance, compute_instance))
             self._storm.log((tracked.device.uuid, code), logging.WARNING,
                             "%s reported XID %d", tracked.label(), code)
