@@ -14,7 +14,6 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 
 import pytest
 
@@ -29,6 +28,7 @@ from otel_gpu.attribute.watch import (
     look,
 )
 from tests.support.process import wait_until
+from tests.support.sources import ScriptedFetch
 
 LOGGER = "test.watch"
 LINES = Lines(
@@ -44,26 +44,6 @@ LINES = Lines(
 EMPTY = "empty"
 
 
-class Source:
-    """A fetch the test scripts: answers ``answer``, or raises what is queued."""
-
-    def __init__(self) -> None:
-        self.answer = "a"
-        self.failures: list[BaseException] = []
-        self.closed = 0
-        self.count: Callable[[str], None] = lambda outcome: None
-
-    def fetch(self) -> str:
-        if self.failures:
-            self.count("error")
-            raise self.failures.pop(0)
-        self.count("ok")
-        return self.answer
-
-    def close(self) -> None:
-        self.closed += 1
-
-
 @pytest.fixture
 def path():
     """A unix socket file at a short path (AF_UNIX paths are short)."""
@@ -76,7 +56,7 @@ def path():
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def make(path: str, source: Source, clock, **kw) -> SocketWatch[str | None, str]:
+def make(path: str, source: ScriptedFetch, clock, **kw) -> SocketWatch[str | None, str]:
     kw.setdefault("random", lambda: 1.0)
     kw.setdefault("initial", EMPTY)
     return SocketWatch(path, source.fetch, lines=LINES, log=logging.getLogger(LOGGER),
@@ -109,7 +89,7 @@ def test_backoff_is_full_jitter_within_its_bounds() -> None:
 
 def test_the_watcher_backs_off_on_failures_and_waits_the_interval_after_success(
         path, clock) -> None:
-    source = Source()
+    source = ScriptedFetch()
     draws = iter([1.0, 1.0, 1.0, 1.0, 1.0, 0.5, 0.0, 1.0])
     w = make(path, source, clock, interval=10.0, backoff_base=1.0, backoff_cap=8.0,
              random=lambda: next(draws))
@@ -128,14 +108,14 @@ def test_the_watcher_backs_off_on_failures_and_waits_the_interval_after_success(
 def test_rejects_a_backoff_that_cannot_work(path, clock) -> None:
     for bad in ({"interval": 0}, {"backoff_base": 0}, {"backoff_base": 2.0, "backoff_cap": 1.0}):
         with pytest.raises(ValueError):
-            make(path, Source(), clock, **bad)
+            make(path, ScriptedFetch(), clock, **bad)
 
 
 # --------------------------------------------------------------------------- grace period
 
 
 def test_the_last_state_outlives_failures_for_the_grace_period(path, clock, caplog) -> None:
-    source = Source()
+    source = ScriptedFetch()
     w = make(path, source, clock, grace_period=60.0)
     assert w.poll_once() and w.state == "a"
     source.failures = [Unanswered("down")] * 4
@@ -158,7 +138,7 @@ def test_the_last_state_outlives_failures_for_the_grace_period(path, clock, capl
 
 def test_a_missing_socket_keeps_the_state_for_the_grace_period_unless_off_without_it(
         path, clock) -> None:
-    source = Source()
+    source = ScriptedFetch()
     kept = make(path, source, clock, grace_period=60.0)
     off = make(path, source, clock, grace_period=60.0, initial=None, off_without_socket=True)
     assert off.state is None  # nothing asked yet
@@ -174,7 +154,7 @@ def test_a_missing_socket_keeps_the_state_for_the_grace_period_unless_off_withou
 
 
 def test_a_source_there_but_never_answering_publishes_empty(path, clock) -> None:
-    source = Source()
+    source = ScriptedFetch()
     source.failures = [Unanswered("refused")]
     w = make(path, source, clock, initial=None, off_without_socket=True)
     assert not w.poll_once()
@@ -186,7 +166,7 @@ def test_a_source_there_but_never_answering_publishes_empty(path, clock) -> None
 
 def test_presence_is_said_once_per_change_and_a_flapping_socket_rate_limited(
         path, clock, caplog) -> None:
-    source = Source()
+    source = ScriptedFetch()
     os.unlink(path)
     w = make(path, source, clock, log_interval=60.0)
     with caplog.at_level(logging.INFO, logger=LOGGER):
@@ -218,7 +198,7 @@ def test_something_that_is_not_a_socket_is_said_louder(tmp_path, clock, caplog) 
     folder.mkdir()  # what a bind mount of a missing socket makes
     assert look(str(folder)) is Presence.NOT_SOCKET
     assert look(str(tmp_path / "none")) is Presence.ABSENT
-    w = make(str(folder), Source(), clock)
+    w = make(str(folder), ScriptedFetch(), clock)
     with caplog.at_level(logging.INFO, logger=LOGGER):
         assert not w.poll_once() and not w.poll_once()
     assert said(caplog, logging.WARNING) == [f"not a socket {folder}"]
@@ -226,7 +206,7 @@ def test_something_that_is_not_a_socket_is_said_louder(tmp_path, clock, caplog) 
 
 
 def test_each_kind_of_failure_is_one_line_per_log_interval(path, clock, caplog) -> None:
-    source = Source()
+    source = ScriptedFetch()
     w = make(path, source, clock, log_interval=60.0)
     source.failures = [Unanswered("timed out", "slow"), Unanswered("timed out", "slow"),
                        Unanswered("HTTP 500", "http"), Unanswered("timed out", "slow")]
@@ -239,7 +219,7 @@ def test_each_kind_of_failure_is_one_line_per_log_interval(path, clock, caplog) 
 
 
 def test_counters(path, clock) -> None:
-    source = Source()
+    source = ScriptedFetch()
     w = make(path, source, clock)
     source.count = w.count
     assert w.socket_present is None and w.last_success is None and w.requests == {}
@@ -260,7 +240,7 @@ def test_counters(path, clock) -> None:
 
 
 def test_start_is_idempotent_and_said_once(path, clock, caplog) -> None:
-    source = Source()
+    source = ScriptedFetch()
     w = make(path, source, clock, interval=3600)
     source.count = w.count
     with caplog.at_level(logging.INFO, logger=LOGGER):
@@ -278,7 +258,7 @@ def test_start_is_idempotent_and_said_once(path, clock, caplog) -> None:
 
 def test_on_update_hears_only_of_changed_answers(path, clock) -> None:
     heard: list[str] = []
-    source = Source()
+    source = ScriptedFetch()
     w = make(path, source, clock, on_update=heard.append,
              changed=lambda old, new: old[:1] != new[:1])
     w.poll_once()
@@ -293,7 +273,7 @@ def test_on_update_hears_only_of_changed_answers(path, clock) -> None:
 
 
 def test_a_bug_in_the_fetch_is_one_error_line_and_a_failed_poll(path, clock, caplog) -> None:
-    source = Source()
+    source = ScriptedFetch()
     source.failures = [RuntimeError("bug"), RuntimeError("bug")]
     w = make(path, source, clock, backoff_base=0.01, backoff_cap=0.02, interval=3600)
     with pytest.raises(RuntimeError):  # asked directly, a bug is the caller's to see
@@ -311,7 +291,7 @@ def test_a_bug_in_the_fetch_is_one_error_line_and_a_failed_poll(path, clock, cap
 
 
 def test_stop_is_prompt_while_waiting(path, clock) -> None:
-    source = Source()
+    source = ScriptedFetch()
     w = make(path, source, clock, interval=3600)
     w.start()
     assert wait_until(lambda: w.last_success is not None, 10, "the first poll")

@@ -11,6 +11,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     ran = any(getattr(report, "nodeid", "").startswith(_MATRIX)
               for reports in terminalreporter.stats.values() for report in reports)
     if ran:
-        from tests.sample.test_answer_shapes import matrix_summary
+        from tests.support.answer_shapes import matrix_summary
 
         terminalreporter.write_line(matrix_summary())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from otel_gpu.attribute.container.runtime import RuntimeState
 from otel_gpu.snapshot import ContainerStats
 
@@ -21,3 +23,23 @@ class StaticRuntime:
 
     def stop(self, timeout: float = 2.0) -> None:
         pass
+
+
+class ScriptedFetch:
+    """A socket watcher's fetch a test scripts: answers ``answer``, or raises what is queued."""
+
+    def __init__(self) -> None:
+        self.answer = "a"
+        self.failures: list[BaseException] = []
+        self.closed = 0
+        self.count: Callable[[str], None] = lambda outcome: None
+
+    def fetch(self) -> str:
+        if self.failures:
+            self.count("error")
+            raise self.failures.pop(0)
+        self.count("ok")
+        return self.answer
+
+    def close(self) -> None:
+        self.closed += 1
