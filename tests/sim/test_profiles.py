@@ -125,3 +125,20 @@ def test_t4_lacks_what_t4_lacks(nvml):
     encoder, period = pynvml.nvmlDeviceGetEncoderUtilization(h)
     assert (encoder, period) == (5, 167000)
     assert pynvml.nvmlDeviceGetDecoderUtilization(pynvml.nvmlDeviceGetHandleByIndex(1))[0] == 32
+
+
+def test_every_builtin_profile_is_named_where_users_choose_one():
+    """The help text (and the README table and Helm schema made from it), the sample config
+    and the README's simulation paragraph name every built-in profile."""
+    from pathlib import Path
+
+    from otel_gpu.config.settings import Config, options_of
+
+    root = Path(__file__).resolve().parents[2]
+    help_text = next(o.help for o in options_of(Config) if o.key == "simulate")
+    places = {"the simulate setting's help": help_text,
+              "config/otel-gpu.yaml": (root / "config" / "otel-gpu.yaml").read_text(),
+              "README.md": (root / "README.md").read_text()}
+    for where, text in places.items():
+        for profile in builtin_profiles():
+            assert profile in text, f"{where} does not name the built-in profile {profile}"
