@@ -20,8 +20,9 @@ import pytest
 
 from otel_gpu import sim
 from otel_gpu.sample.library import Nvml
+from otel_gpu.sample.readers import LINK_COUNT
 from otel_gpu.sample.sampler import Sampler
-from otel_gpu.sample.sources import COMPUTE_PROCESSES, NVLINK_STATES, Reader, Source
+from otel_gpu.sample.sources import COMPUTE_PROCESSES, NVLINK_ACTIVE, NVLINK_STATES, Reader, Source
 from otel_gpu.sim.driver.shapes import Shape, Signature, error_names
 from otel_gpu.snapshot import Snapshot
 from tests.support.nvml import SOURCES
@@ -227,11 +228,13 @@ def _keys_by_symbol(lib: sim.FakeNvml) -> dict[str, frozenset[str]]:
     out: dict[str, set[str]] = {}
     for symbol, users in _reader_symbols(lib, readers).items():
         out[symbol] = {s.key for s in SOURCES if s.reader in users or s.fallback in users}
+    # the link states' own values, which no catalog row reads but the events do
+    states = {NVLINK_ACTIVE.key, LINK_COUNT}
     out.setdefault("nvmlDeviceGetFieldValues", set()).update(
-        s.key for s in SOURCES if s.field_id is not None
-        or s.reader is NVLINK_STATES)  # the batch answers the link states where it can
+        states, (s.key for s in SOURCES if s.field_id is not None
+                 or s.reader is NVLINK_STATES))  # the batch answers the link states where it can
     out.setdefault("nvmlDeviceGetNvLinkState", set()).update(
-        s.key for s in SOURCES if s.nvlink is not None)
+        states, (s.key for s in SOURCES if s.nvlink is not None))
     gpm = {s.key for s in SOURCES if s.gpm}
     for symbol in lib.c_symbols():
         if symbol.startswith("nvmlGpm"):
@@ -395,6 +398,10 @@ def check(call: Call, text: str, snaps: list[Snapshot]) -> list[str]:
     sources = {s.key: s for s in SOURCES}
     kind, _, number = text.partition(":")
     injected = float(number) if kind == "value" else None  # may equal an earlier reading
+    if text == "returns:SUCCESS":
+        # SUCCESS with nothing written hands the binding's zeroed output on as the answer:
+        # a 0 no collector can tell from a reading (P0, 0 C), not an earlier value reused
+        injected = 0.0
     # The simulated driver's clock moves with the device count: with that call hung, the
     # driver answers the sample it reached for good, and so must the collector.
     stopped = text == "hang" and call.symbol.startswith("nvmlDeviceGetCount")
