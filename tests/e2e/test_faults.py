@@ -143,3 +143,37 @@ def test_dcgm_names_alone_keep_the_collectors_health(collector, tmp_path):
     assert series(text, "otel_gpu_devices", hw_state="ok")[0][1] == 1
     assert series(text, "DCGM_FI_DEV_POWER_USAGE")  # and the dcgm names themselves
     assert not series(text, "hw_power_watts")
+
+
+_NULL_BUFFER = """
+        processes: [{{pid: {pid}, used_memory: 1000, sm: 20}}]"""
+_SUCCESS_WITHOUT_A_BUFFER = """
+shapes:
+  - {function: nvmlDeviceGetProcessesUtilizationInfo, shape: "returns:SUCCESS"}
+  - {function: nvmlDeviceGetProcessUtilization, shape: "returns:SUCCESS"}
+"""
+
+
+@pytest.mark.reader_failures
+def test_success_without_a_buffer_publishes_every_gpu(collector, tmp_path):
+    """NVIDIA's mock driver answers the per-process utilization size query with SUCCESS and
+    no buffer; with process usage on, every GPU went unpublished before containment."""
+    path = _scenario(tmp_path, _NULL_BUFFER.format(pid=202).strip(),
+                     _NULL_BUFFER.format(pid=101).strip())
+    with open(path, "a") as scenario:
+        scenario.write(_SUCCESS_WITHOUT_A_BUFFER)
+    proc = collector("--simulate", path, "--process-usage", "true")
+    first = proc.wait_sample(2)
+    text = proc.wait_sample(4)
+    assert _power(text, GOOD) != _power(first, GOOD)  # fresh, not the first sample's
+    assert _power(text, BAD)
+    failures = {lab["otel_gpu_reader"]: v
+                for lab, v in series(text, "otel_gpu_reader_failures_total")}
+    assert failures["fields"] == 0 and sum(failures.values()) >= 4
+    lines = [line for line in proc.lines if "reader failed unexpectedly" in line]
+    assert len(lines) == 2 and "SUCCESS" in lines[0]  # one per GPU within five minutes
+    assert "Traceback" not in proc.log
+    code, out, err = run_cli("check", "--simulate", path, "--process-usage", "true",
+                             "--pod-attribution", "false", timeout=30)
+    assert code == 0, err
+    assert "problem: GPU 0" in out and "reader failed unexpectedly" in out
