@@ -19,13 +19,12 @@ from typing import Any
 from otel_gpu.sample.device import Tracked
 from otel_gpu.sample.library import Nvml, Outcome, Result, classify, error_name
 from otel_gpu.sample.outcomes import Outcomes
+from otel_gpu.sample.readers import LINK_COUNT, NVLINK_STATES
 from otel_gpu.sample.sources import (
     ALL_LINKS,
-    LINK_COUNT,
     NVLINK_ACTIVE,
     NVLINK_LINKS,
     NVLINK_STATE,
-    NVLINK_STATES,
     NvLink,
     Source,
 )

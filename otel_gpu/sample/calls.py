@@ -1,4 +1,4 @@
-"""One device's plain NVML calls: one per :class:`~otel_gpu.sample.sources.Reader`.
+"""One device's plain NVML calls: one per :class:`~otel_gpu.sample.readers.Reader`.
 
 A static reader is read once per device; a reader with ``changes_with`` only
 when what it depends on moved (and at least once per rediscovery period); a
@@ -16,7 +16,8 @@ from otel_gpu.sample.containment import describe
 from otel_gpu.sample.device import Tracked
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.outcomes import Outcomes
-from otel_gpu.sample.sources import COMPUTE_PROCESSES, NVLINK_STATES, Reader, Source
+from otel_gpu.sample.readers import COMPUTE_PROCESSES, NVLINK_STATES, Reader
+from otel_gpu.sample.sources import Source
 from otel_gpu.sample.workers import DeviceWorker
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from otel_gpu.sample.device import Tracked
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.outcomes import Outcomes
-from otel_gpu.sample.sources import COMPUTE_PROCESSES, PROCESSES
+from otel_gpu.sample.readers import COMPUTE_PROCESSES
+from otel_gpu.sample.sources import PROCESSES
 from otel_gpu.sample.workers import DeviceWorker
 from otel_gpu.snapshot import ProcessUsage
 

@@ -10,7 +10,8 @@ import pytest
 from otel_gpu.export import _docs
 from otel_gpu.instrument.catalog import CATALOG, all_sources
 from otel_gpu.instrument.schema import MHZ, PERCENT, Kind, Metric, Point, device_observations
-from otel_gpu.sample.sources import MEM_TOTAL, MEM_USED, Reader, Source
+from otel_gpu.sample.readers import Reader
+from otel_gpu.sample.sources import MEM_TOTAL, MEM_USED, Source
 from otel_gpu.snapshot import FAILED, OK
 from tests.support.snapshots import sample
 

@@ -20,9 +20,9 @@ import pytest
 
 from otel_gpu import sim
 from otel_gpu.sample.library import Nvml
-from otel_gpu.sample.readers import LINK_COUNT
+from otel_gpu.sample.readers import COMPUTE_PROCESSES, LINK_COUNT, NVLINK_STATES, Reader
 from otel_gpu.sample.sampler import Sampler
-from otel_gpu.sample.sources import COMPUTE_PROCESSES, NVLINK_ACTIVE, NVLINK_STATES, Reader, Source
+from otel_gpu.sample.sources import NVLINK_ACTIVE, Source
 from otel_gpu.sim.driver.shapes import Shape, Signature, error_names
 from otel_gpu.snapshot import Snapshot
 from tests.support.nvml import SOURCES

@@ -77,7 +77,7 @@ OTLP exports in that time see the final value before the series goes."""
 MAX_GONE = 128
 """Finished rows kept at most; the oldest are released first. Together with the
 live ones this stays within the room the SDK keeps for finished pods
-(:func:`otel_gpu.publish.pipeline.room_for`)."""
+(:func:`otel_gpu.instrument.cardinality.room_for`)."""
 
 _SCALE = 1_000_000
 """Weights are turned into integers of this resolution, so each split is exact."""
