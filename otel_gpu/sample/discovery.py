@@ -115,6 +115,8 @@ class Discovery:
         uuid = self._get(worker, m.nvmlDeviceGetUUID, res.value) if res.ok else None
         if uuid is None:
             return Found(index, why=res.message or "no UUID")
+        if not text(uuid).startswith("GPU-"):  # SUCCESS with nothing written reads ""
+            return Found(index, why=f"its UUID answer {text(uuid)[:64]!r} is no GPU UUID")
         handle, uuid = res.value, text(uuid)
         device = None if uuid in known else self._describe(index, handle, uuid, worker)
         name = device.name if device is not None else ""
