@@ -209,7 +209,7 @@ class Service:
         resource = build_resource(config.node_name)
         # What needs the Resource (the events' logs pipeline) is built here: a bad setting
         # fails at start-up. Each exporter may add metrics to the catalog.
-        added = [m for e in self.outputs for m in e.open(resource)]
+        added = [m for e in self.outputs for m in e.prepare(resource)]
 
         def readers() -> tuple[list[MetricReader], Collect]:
             source = CollectingReader()  # the one collection per cycle, for every exporter

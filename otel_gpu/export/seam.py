@@ -78,7 +78,7 @@ class Exporter(Protocol):
         """Every check ``serve`` makes before starting it; a :class:`SetupError` if one fails."""
         ...
 
-    def open(self, resource: Resource) -> Sequence[Metric]:
+    def prepare(self, resource: Resource) -> Sequence[Metric]:
         """Build what needs the node's Resource (a bad setting raises here); the metrics it
         adds to the catalog."""
         ...

@@ -67,13 +67,13 @@ def test_each_registered_exporter_has_the_protocols_shape():
     config = load({"otlp_endpoint": "http://127.0.0.1:9"}, environ={})
     members = [n for n in Exporter.__dict__ if not n.startswith("_")]
     members += list(Exporter.__annotations__)
-    assert {"name", "variables", "scrape", "open", "readers", "attach", "stop"} <= set(members)
+    assert {"name", "variables", "scrape", "prepare", "readers", "attach", "stop"} <= set(members)
     for make in exporters.REGISTRY:
         exporter = make(config, {"OTEL_LOGS_EXPORTER": "none"})
         for member in members:
             assert hasattr(exporter, member), (exporter, member)
         resource = build_resource(environ={})
-        assert all(m.name for m in exporter.open(resource))
+        assert all(m.name for m in exporter.prepare(resource))
         assert isinstance(exporter.readers(resource, CollectingReader()), list)
         exporter.stop(0.1)
 

@@ -49,7 +49,7 @@ class OtlpMetricsExporter:
         sdk_env.check_otlp(self._environ)
         metrics.validate(self.settings, self._environ)
 
-    def open(self, resource: Resource) -> Sequence[Metric]:
+    def prepare(self, resource: Resource) -> Sequence[Metric]:
         return ()
 
     def readers(self, resource: Resource, source: CollectingReader) -> list[MetricReader]:
@@ -86,7 +86,7 @@ class OtlpLogsExporter:
 
         logs.validate(self.settings, self._environ)
 
-    def open(self, resource: Resource) -> Sequence[Metric]:
+    def prepare(self, resource: Resource) -> Sequence[Metric]:
         """The logs pipeline, and the event counters while it sends."""
         from otel_gpu.export.otlp import logs
 

@@ -74,7 +74,7 @@ class PrometheusExporter:
     def validate(self) -> None:
         """Nothing beyond the collectors and web config files, which the CLI reads."""
 
-    def open(self, resource: Resource) -> Sequence[Metric]:
+    def prepare(self, resource: Resource) -> Sequence[Metric]:
         return ()
 
     def readers(self, resource: Resource, source: CollectingReader) -> list[MetricReader]:
