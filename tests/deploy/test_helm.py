@@ -75,9 +75,13 @@ CASES = {
 }
 
 
+# No image is published: every render names one (test_image.py: the refusal without it).
+IMAGE = {"repository": "registry.example.com/otel-gpu"}
+
+
 def _render(tmp_path, values: dict, *extra: str) -> list[dict]:
     path = tmp_path / "values.yaml"
-    path.write_text(yaml.safe_dump(values))
+    path.write_text(yaml.safe_dump({"image": IMAGE, **values}))
     out = run(helm_binary(), "template", "gpu", str(CHART), "--namespace", "monitoring",
               "-f", str(path), *extra)
     return documents(out)

@@ -31,8 +31,13 @@ SCHEMA = json.loads(SCHEMA_PATH.read_text())
 VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
 
 
+# No image is published: each command names one, so only the value under test can fail.
+IMAGE = ("--set", "image.repository=registry.example.com/otel-gpu")
+
+
 def _helm(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([helm_binary(), *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([helm_binary(), *args, *IMAGE], capture_output=True, text=True,
+                          timeout=120)
 
 
 def _validator():

@@ -42,7 +42,8 @@ def test_kustomize_output_validates(target):
 def test_base_matches_the_charts_defaults(tmp_path):
     base = _build(KUSTOMIZE / "base")
     chart = documents(run(helm_binary(), "template", "otel-gpu", str(CHART),
-                          "--namespace", "monitoring"))
+                          "--namespace", "monitoring",
+                          "--set", "image.repository=registry.example.com/otel-gpu"))
     # the chart leaves the namespace to `helm install --create-namespace`
     assert sorted(_by_kind(base)) == sorted([*_by_kind(chart), "Namespace"])
     ours, theirs = _pod(base), _pod(chart)

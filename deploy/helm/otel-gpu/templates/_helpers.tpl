@@ -35,6 +35,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 {{- end }}
 
+{{/* The image reference; none is published, so image.repository must be set. */}}
+{{- define "otel-gpu.image" -}}
+{{- $tag := .Values.image.tag | default .Chart.AppVersion }}
+{{- $hint := printf "image.repository is not set: push the image with scripts/push-image.sh REGISTRY/otel-gpu:%s, then --set image.repository=REGISTRY/otel-gpu" $tag }}
+{{- printf "%s:%s" (required $hint .Values.image.repository) $tag }}
+{{- end }}
+
 {{- define "otel-gpu.webConfigSecret" -}}
 {{- default (printf "%s-web-config" (include "otel-gpu.fullname" .)) .Values.webConfig.existingSecret }}
 {{- end }}
