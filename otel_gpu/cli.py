@@ -10,23 +10,28 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import errno
 import gc
+import json
 import logging
+import math
 import os
 import signal
 import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from otel_gpu import __version__
 from otel_gpu._log import configure as configure_logging
 from otel_gpu.config import CONFIG_ENV, OPTIONS, Config, Option, load, unknown_variables
+from otel_gpu.config.foreign import BY_FLAG
 from otel_gpu.errors import SetupError
 
 if TYPE_CHECKING:
     from otel_gpu.sample.library import Nvml
+    from otel_gpu.snapshot import Snapshot
 
 log = logging.getLogger("otel_gpu")
 
@@ -146,12 +151,15 @@ def build_parser() -> argparse.ArgumentParser:
     _common(parser, suppress=False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     _common(sub.add_parser("serve", help="serve metrics (the default)"), suppress=True)
-    _common(sub.add_parser("check", help="sample once and print every device's values",
-                           description="Sample once and print every device's values. The "
-                           "flags only a running service uses (listen addresses, intervals, "
-                           "naming labels, OTLP pushing) are accepted and checked, but not "
-                           "listed here."),
-            suppress=True, check=True)
+    checking = sub.add_parser("check", help="sample once and print every device's values",
+                              description="Sample once and print every device's values. The "
+                              "flags only a running service uses (listen addresses, "
+                              "intervals, naming labels, OTLP pushing) are accepted and "
+                              "checked, but not listed here.")
+    _common(checking, suppress=True, check=True)
+    checking.add_argument("--format", choices=("text", "json"), default="text",
+                          help="text, or json: the same as one JSON document on stdout, "
+                          "for scripts")
     metrics = sub.add_parser("metrics", help="list the metric catalog")
     metrics.add_argument("--format", choices=("text", "markdown", "migration"), default="text",
                          help="text; markdown (docs/metrics.md); migration (docs/migration.md)")
@@ -204,6 +212,21 @@ def _open_nvml(config: Config) -> Nvml:
     return nvml
 
 
+DCGM_EXPORTER_PORT = 9400
+"""dcgm-exporter's default port, which otel-gpu's default shares (docs/migration.md)."""
+
+
+def listen_error(listen: tuple[str, int], exc: OSError) -> str:
+    """The listener's error; on 9400 an address in use is most likely dcgm-exporter, still
+    running on the node while migrating, so the line says which flag moves otel-gpu."""
+    host, port = listen
+    line = f"listen {host}:{port}: {exc.strerror or exc}"
+    if exc.errno == errno.EADDRINUSE and port == DCGM_EXPORTER_PORT:
+        line += (f" (dcgm-exporter's default port: if it still runs here, give otel-gpu "
+                 f"another, e.g. --listen :{port + 1})")
+    return line
+
+
 def serve(config: Config) -> int:
     # Start-up makes a great many objects that live as long as the process (modules, the
     # catalog, the first snapshot): no cycle collection until the first sample is out,
@@ -229,8 +252,7 @@ def serve(config: Config) -> int:
         except SetupError as exc:
             _die(str(exc))
         except OSError as exc:
-            host, port = config.listen
-            _die(f"listen {host}:{port}: {exc.strerror or exc}")
+            _die(listen_error(config.listen, exc))
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGHUP, on_signal)  # a closed terminal or a HUP: stop, export
@@ -256,72 +278,160 @@ def serve(config: Config) -> int:
     return EXIT_OK
 
 
-def check(config: Config) -> int:
-    from otel_gpu.instrument.catalog import CATALOG
-    from otel_gpu.instrument.schema import device_observations
+def check(config: Config, fmt: str = "text") -> int:
+    """Sample once and print what was read: as text, or as one JSON document (``fmt``)."""
     from otel_gpu.wiring import sample_once
 
     with _starting() as starting:  # a driver that cannot load: its error line alone
         nvml = _open_nvml(config)
         starting.started()
     snapshot = sample_once(config, nvml)
-    print(f"driver {snapshot.driver_version or 'unknown'}; "
-          f"{len(snapshot.devices)} device(s); sample took {snapshot.duration * 1000:.0f} ms")
-    for note in snapshot.notes:
-        print(f"note: {note}")
-    for problem in snapshot.errors:
-        print(f"problem: {problem}")
+    report = check_report(snapshot)
+    if fmt == "json":
+        print(json.dumps(report, indent=2))
+    else:
+        print_report(report)
+    return EXIT_OK if snapshot.healthy_devices() else EXIT_NO_GPU
+
+
+def _number(value: float) -> int | float | None:
+    """A value as JSON writes it: whole numbers as integers, NaN and infinities as null."""
+    if not math.isfinite(value):
+        return None
+    return int(value) if float(value).is_integer() else value
+
+
+def check_report(snapshot: Snapshot) -> dict[str, Any]:
+    """What ``check`` says about one sample, as plain data: the text and the JSON are
+    both written from it, so they cannot say different things."""
+    from otel_gpu.instrument.catalog import CATALOG
+    from otel_gpu.instrument.schema import device_observations
+
+    devices = []
     for sample in snapshot.devices:
         dev = sample.device
-        where = f"GPU {dev.index}" + (f" MIG {dev.mig_profile}" if dev.is_mig else "")
-        print(f"\n{where}  {dev.uuid}  {dev.name}  state={sample.state}")
-        for holder in snapshot.pods.attribution.holders(dev.uuid) if snapshot.pods else ():
-            replica = f" (replica {holder.replica})" if holder.replica is not None else ""
-            print(f"  held by {holder.namespace}/{holder.pod}/{holder.container}{replica}")
-        for job in snapshot.series_jobs(dev.uuid):
-            print(f"  used by HPC job {job.job_id}")
-        if sample.error:
-            print(f"  error: {sample.error}")
-        if sample.hung:
-            print(f"  hung: {sample.hung}")
+        holders = snapshot.pods.attribution.holders(dev.uuid) if snapshot.pods else ()
+        values = []
         for metric in CATALOG:
-            if metric.describes_device:  # the device line above says it
+            if metric.describes_device:  # the device's own fields say it
                 continue
             for value, attrs in device_observations(metric, sample):
                 if metric.name == "hw.status" and not value:
                     continue
-                label = ",".join(f"{k}={v}" for k, v in attrs.items())
-                name = f"{metric.name}{{{label}}}" if label else metric.name
-                shown = f"{int(value)}" if float(value).is_integer() else f"{value:.6g}"
-                print(f"  {name:<58} {shown} {metric.unit}")
-    return EXIT_OK if snapshot.healthy_devices() else EXIT_NO_GPU
+                values.append({"metric": metric.name, "attributes": dict(attrs),
+                               "value": _number(value), "unit": metric.unit})
+        devices.append({
+            "index": dev.index, "uuid": dev.uuid, "name": dev.name,
+            "mig_profile": dev.mig_profile if dev.is_mig else None, "state": sample.state,
+            "held_by": [{"namespace": h.namespace, "pod": h.pod, "container": h.container,
+                         "replica": h.replica} for h in holders],
+            "hpc_jobs": [job.job_id for job in snapshot.series_jobs(dev.uuid)],
+            "error": sample.error, "hung": sample.hung, "values": values,
+        })
+    return {
+        "driver": snapshot.driver_version, "sample_seconds": snapshot.duration,
+        "notes": list(snapshot.notes), "problems": list(snapshot.errors), "devices": devices,
+    }
 
 
-def _long_flags(parser: argparse.ArgumentParser) -> set[str]:
-    """Every ``--flag`` of the parser and its commands."""
-    flags: set[str] = set()
+def print_report(report: dict[str, Any]) -> None:
+    """``check``'s text: a summary line, the notes and problems, then each device."""
+    print(f"driver {report['driver'] or 'unknown'}; {len(report['devices'])} device(s); "
+          f"sample took {report['sample_seconds'] * 1000:.0f} ms")
+    for note in report["notes"]:
+        print(f"note: {note}")
+    for problem in report["problems"]:
+        print(f"problem: {problem}")
+    for dev in report["devices"]:
+        mig = f" MIG {dev['mig_profile']}" if dev["mig_profile"] is not None else ""
+        print(f"\nGPU {dev['index']}{mig}  {dev['uuid']}  {dev['name']}  state={dev['state']}")
+        for holder in dev["held_by"]:
+            replica = f" (replica {holder['replica']})" if holder["replica"] is not None else ""
+            print(f"  held by {holder['namespace']}/{holder['pod']}/{holder['container']}"
+                  f"{replica}")
+        for job in dev["hpc_jobs"]:
+            print(f"  used by HPC job {job}")
+        if dev["error"]:
+            print(f"  error: {dev['error']}")
+        if dev["hung"]:
+            print(f"  hung: {dev['hung']}")
+        for row in dev["values"]:
+            label = ",".join(f"{k}={v}" for k, v in row["attributes"].items())
+            name = f"{row['metric']}{{{label}}}" if label else row["metric"]
+            value = row["value"]
+            shown = ("nan" if value is None else f"{value}" if isinstance(value, int)
+                     else f"{value:.6g}")
+            print(f"  {name:<58} {shown} {row['unit']}")
+
+
+def _flags(parser: argparse.ArgumentParser) -> dict[str, bool]:
+    """Every flag of the parser and its commands -> whether it takes a value."""
+    flags: dict[str, bool] = {}
     for action in parser._actions:
-        flags.update(flag for flag in action.option_strings if flag.startswith("--"))
+        flags.update((flag, action.nargs != 0) for flag in action.option_strings)
         if isinstance(action, argparse._SubParsersAction):
             for command in action.choices.values():
-                flags |= _long_flags(command)
+                flags.update(_flags(command))
     return flags
 
 
+def _commands(parser: argparse.ArgumentParser) -> tuple[str, ...]:
+    return next((tuple(action.choices) for action in parser._actions
+                 if isinstance(action, argparse._SubParsersAction)), ())
+
+
+def _did_you_mean(name: str, choices: Sequence[str], prefix: str = "") -> str:
+    """`` (did you mean X?)`` for the closest choice, judged without the ``prefix`` all
+    share (``--``: any two flags would look alike); empty when none is close."""
+    tails = {choice.removeprefix(prefix): choice for choice in choices}
+    close = difflib.get_close_matches(name.removeprefix(prefix), sorted(tails), n=1)
+    return f" (did you mean {tails[close[0]]}?)" if close else ""
+
+
 def refuse_unknown_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
-    """Name an unknown ``--flag`` and the closest known one, before argparse takes its value
-    for the command (``--simualte h100x8``: "invalid choice: 'h100x8'")."""
-    known = _long_flags(parser)
-    for token in argv:
+    """One line for what argparse would misread, before it takes a value for the command
+    (``--simualte h100x8``: "invalid choice: 'h100x8'"): an unknown ``--flag`` with the
+    closest known one; another exporter's flag with otel-gpu's (config/foreign.py); a long
+    flag written with one dash (``-simulate``); an unknown command with the closest one."""
+    flags = _flags(parser)
+    longs = sorted(flag for flag in flags if flag.startswith("--"))
+    commands = _commands(parser)
+    command_seen = False
+    tokens = iter(argv)
+    for token in tokens:
         if token == "--":
             return
-        name = token.partition("=")[0]
-        # argparse takes a unique prefix (--sim) and says itself when one is ambiguous
-        if not name.startswith("--") or any(flag.startswith(name) for flag in known):
+        if not token.startswith("-") or token == "-" or token[1:2].isdigit():
+            if not command_seen and token not in commands:
+                _die(f"unknown command {token!r}{_did_you_mean(token, commands)} "
+                     "(see otel-gpu --help)")
+            command_seen = True
             continue
-        close = difflib.get_close_matches(name[2:], sorted(flag[2:] for flag in known), n=1)
-        hint = f" (did you mean --{close[0]}?)" if close else ""
-        _die(f"unknown flag {name}{hint} (see otel-gpu --help)")
+        name, eq, value = token.partition("=")
+        if token[:2] in flags and not token.startswith("--"):  # -f, -fVALUE, -h
+            if len(token) == 2 and flags[token]:
+                next(tokens, None)  # its value, whatever it looks like
+            continue
+        # argparse takes a unique prefix (--sim) and says itself when one is ambiguous
+        taken = [flag for flag in longs if flag.startswith(name)] if name.startswith("--") else []
+        if taken:
+            if not eq and any(flags[flag] for flag in taken):
+                next(tokens, None)
+            continue
+        foreign = BY_FLAG.get(name) or BY_FLAG.get("-" + name)  # Go flags take one dash too
+        if foreign is not None:
+            given = value if eq else None
+            if not eq and foreign.takes_value:
+                given = next(tokens, None)
+            _die(foreign.hint(name, given))
+        if name.startswith("--"):
+            _die(f"unknown flag {name}{_did_you_mean(name, longs, '--')} (see otel-gpu --help)")
+        as_long = "-" + name  # -simulate: one dash short of a long flag, or of its prefix
+        meant = [flag for flag in longs if flag.startswith(as_long)] if len(name) > 2 else []
+        if len(meant) == 1 or as_long in meant:
+            _die(f"unknown flag {name} (did you mean {min(meant, key=len)}?)")
+        close = _did_you_mean(as_long, longs, "--") if len(name) > 2 else ""
+        _die(f"unknown flag {name}{close} (see otel-gpu --help)")
 
 
 def _quiet_stdout() -> None:
@@ -368,5 +478,5 @@ def _main(argv: Sequence[str]) -> int:
         log.warning("%s", line)
     if args.command == "check":
         _check_files(config)
-        return check(config)
+        return check(config, args.format)
     return serve(config)

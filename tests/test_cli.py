@@ -5,6 +5,8 @@ The real process end to end is in ``tests/e2e/test_cli.py``.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from otel_gpu import cli
@@ -191,7 +193,7 @@ def test_what_follows_a_double_dash_is_no_flag(capsys):
 
 def test_a_mistyped_variable_is_warned_about_at_start_up(capsys, monkeypatch, caplog):
     monkeypatch.setenv("OTEL_GPU_SIMULTE", "t4")
-    monkeypatch.setattr(cli, "check", lambda config: cli.EXIT_OK)
+    monkeypatch.setattr(cli, "check", lambda config, fmt: cli.EXIT_OK)
     monkeypatch.setattr(cli, "configure_logging", lambda level, fmt: None)
     with caplog.at_level("WARNING", logger="otel_gpu"):
         assert cli.main(["check", "--simulate", "t4"]) == cli.EXIT_OK
@@ -248,3 +250,163 @@ def test_a_failed_start_drops_its_info_lines(stderr_log):
     log.info("after")
     assert stderr_log.getvalue().splitlines()[-1].endswith("after")
     assert "simulating" not in stderr_log.getvalue()
+
+
+FOREIGN_FLAGS = {
+    "port": (["--port", "9400"],
+             "--port: otel-gpu listens with --listen HOST:PORT (did you mean --listen :9400?)"),
+    "port=": (["--port=9400"], "(did you mean --listen :9400?)"),
+    "node-listen": (["--web.listen-address", ":9100"],
+                    "--web.listen-address is node_exporter's: otel-gpu listens with --listen "
+                    "HOST:PORT (did you mean --listen :9100?)"),
+    "node-listen-one-dash": (["-web.listen-address=:9100"], "(did you mean --listen :9100?)"),
+    "node-web-config": (["--web.config.file", "web.yml"],
+                        "(did you mean --web-config-file web.yml?)"),
+    "node-path": (["--web.telemetry-path", "/m"], "serves its metrics at /metrics only"),
+    "node-log-level": (["--log.level", "debug"], "(did you mean --log-level debug?)"),
+    "node-log-format": (["--log.format", "logfmt"], "(did you mean --log-format text?)"),
+    "dcgm-a": (["-a", ":9400"], "-a is dcgm-exporter's: otel-gpu listens with --listen "
+                                "HOST:PORT (did you mean --listen :9400?)"),
+    "dcgm-address": (["serve", "--address=:9500"], "(did you mean --listen :9500?)"),
+    "dcgm-c": (["-c", "30000"], "-c is dcgm-exporter's: otel-gpu samples every --interval "
+                                "DURATION (10s, 500ms), not milliseconds (did you mean "
+                                "--interval 30s?)"),
+    "dcgm-collect-interval": (["check", "--collect-interval", "500"],
+                              "(did you mean --interval 500ms?)"),
+    "dcgm-d": (["-d", "g+i"], "(did you mean --naming dcgm --dcgm-devices both?)"),
+    "dcgm-o": (["-o"], "(did you mean --naming dcgm --dcgm-pod-label-style old?)"),
+    "dcgm-k": (["--kubernetes"], "otel-gpu labels pods by default: leave it out"),
+    "dcgm-debug": (["--debug"], "(did you mean --log-level debug?)"),
+}
+
+
+@pytest.mark.parametrize(("argv", "needle"), FOREIGN_FLAGS.values(), ids=FOREIGN_FLAGS.keys())
+def test_another_exporters_flag_is_answered_with_otel_gpus(capsys, argv, needle):
+    _expect_exit_2_with(capsys, argv, needle)
+
+
+def test_no_other_exporters_flag_is_or_abbreviates_one_of_ours():
+    """Else the hint would hide a flag of ours, or argparse would take it as our prefix."""
+    from otel_gpu.config.foreign import BY_FLAG
+
+    ours = cli._flags(cli.build_parser())
+    for flag in BY_FLAG:
+        assert not any(known.startswith(flag) for known in ours if flag.startswith("--")), flag
+        assert flag not in ours, flag
+
+
+def test_the_migration_guide_lists_every_other_exporters_flag():
+    from pathlib import Path
+
+    from otel_gpu.config.foreign import BY_FLAG
+
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "migration.md").read_text()
+    for flag in BY_FLAG:
+        assert f"`{flag}" in guide, flag
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["-simulate", "h100x8"], "unknown flag -simulate (did you mean --simulate?)"),
+    (["-simulate=h100x8"], "unknown flag -simulate (did you mean --simulate?)"),
+    (["check", "-pod-attr", "false"], "unknown flag -pod-attr (did you mean --pod-attribution?)"),
+    (["-simulte", "t4"], "unknown flag -simulte (did you mean --simulate?)"),
+    (["-x"], "unknown flag -x (see otel-gpu --help)"),
+])
+def test_a_long_flag_with_one_dash_is_named_with_its_two_dash_form(capsys, argv, needle):
+    _expect_exit_2_with(capsys, argv, needle)
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["chek"], "unknown command 'chek' (did you mean check?)"),
+    (["--simulate", "t4", "metric"], "unknown command 'metric' (did you mean metrics?)"),
+    (["h100x8"], "unknown command 'h100x8' (see otel-gpu --help)"),
+])
+def test_an_unknown_command_is_named_with_the_closest_one(capsys, argv, needle):
+    _expect_exit_2_with(capsys, argv, needle)
+
+
+@pytest.mark.parametrize("argv", [
+    ["-f", "counters.csv", "check"], ["-fcounters.csv", "check"], ["--interval", "-1", "check"],
+    ["check", "--otlp-headers-file", "-odd-name"], ["--sim", "t4", "serve"],
+])
+def test_values_and_our_short_flags_are_left_to_argparse(capsys, argv):
+    cli.refuse_unknown_flags(cli.build_parser(), argv)  # no SystemExit
+    assert capsys.readouterr().err == ""
+
+
+def test_an_address_in_use_on_9400_names_dcgm_exporter(capsys, monkeypatch):
+    import errno
+
+    import otel_gpu.wiring
+
+    def busy(config, nvml):
+        raise OSError(errno.EADDRINUSE, "Address already in use")
+
+    monkeypatch.setattr(otel_gpu.wiring, "Service", busy)
+    monkeypatch.setattr(cli, "_check_files", lambda config: None)
+    for port, said in ((9400, True), (9401, False)):
+        config = load({"simulate": "t4", "listen": f"127.0.0.1:{port}"}, environ={})
+        with pytest.raises(SystemExit) as info:
+            cli.serve(config)
+        assert info.value.code == cli.EXIT_USAGE
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"otel-gpu: error: listen 127.0.0.1:{port}: Address already in use")
+        assert len(err.splitlines()) == 1, err
+        assert ("dcgm-exporter" in err and "--listen :9401" in err) is said, err
+
+
+def _check_output(capsys, *argv: str) -> tuple[int, str]:
+    code = cli.main(["check", "--simulate", "a100-mig", *argv])
+    return code, capsys.readouterr().out
+
+
+def test_check_json_says_what_the_text_says(capsys, monkeypatch):
+    import json
+
+    monkeypatch.setattr(cli, "configure_logging", lambda level, fmt: None)
+    code, out = _check_output(capsys, "--format", "json")
+    assert code == cli.EXIT_OK
+    report = json.loads(out)  # one document, nothing else on stdout
+    assert set(report) == {"driver", "sample_seconds", "notes", "problems", "devices"}
+    assert report["driver"] and report["sample_seconds"] >= 0
+    mig = [d for d in report["devices"] if d["mig_profile"] == "3g.20gb"]
+    assert mig and all(d["uuid"].startswith("MIG-") for d in mig)
+    gpu = report["devices"][0]
+    assert {"index", "uuid", "name", "state", "held_by", "hpc_jobs", "error", "hung",
+            "values"} <= set(gpu)
+    (memory,) = [v for v in gpu["values"] if v["metric"] == "hw.gpu.memory.usage"]
+    assert memory["unit"] == "By" and isinstance(memory["value"], int)
+    _, text = _check_output(capsys)
+    assert text.startswith(f"driver {report['driver']}; {len(report['devices'])} device(s); ")
+    assert f"\nGPU {gpu['index']}  {gpu['uuid']}  {gpu['name']}  state={gpu['state']}\n" in text
+    assert f"  hw.gpu.memory.usage{' ' * 39} {memory['value']} By\n" in text
+    values = sum(len(d["values"]) for d in report["devices"])
+    assert values == sum(1 for line in text.splitlines() if line.startswith("  ")
+                         and not line.startswith(("  held by", "  used by", "  error:", "  hung:")))
+
+
+def test_check_json_names_pods_jobs_notes_and_problems(monkeypatch, capsys):
+    """A sample with a pod, a job, a note and a problem: both forms say each."""
+    import otel_gpu.instrument.schema as schema
+
+    monkeypatch.setattr(schema, "device_observations", lambda metric, sample: ())
+    holder = SimpleNamespace(namespace="ml", pod="train", container="main", replica=2)
+    device = SimpleNamespace(index=0, uuid="GPU-1", name="Tesla T4", mig_profile=None,
+                             is_mig=False)
+    snapshot = SimpleNamespace(
+        driver_version=None, duration=0.25, notes=("a note",), errors=("a problem",),
+        devices=(SimpleNamespace(device=device, state="ok", error="lost", hung=None),),
+        pods=SimpleNamespace(attribution=SimpleNamespace(holders=lambda uuid: (holder,))),
+        series_jobs=lambda uuid: (SimpleNamespace(job_id="1234"),))
+    report = cli.check_report(snapshot)  # only what the report reads
+    assert report["driver"] is None and report["notes"] == ["a note"]
+    assert report["problems"] == ["a problem"]
+    (dev,) = report["devices"]
+    assert dev["held_by"] == [{"namespace": "ml", "pod": "train", "container": "main",
+                               "replica": 2}]
+    assert dev["hpc_jobs"] == ["1234"] and dev["error"] == "lost"
+    cli.print_report(report)
+    assert capsys.readouterr().out.splitlines() == [
+        "driver unknown; 1 device(s); sample took 250 ms", "note: a note",
+        "problem: a problem", "", "GPU 0  GPU-1  Tesla T4  state=ok",
+        "  held by ml/train/main (replica 2)", "  used by HPC job 1234", "  error: lost"]

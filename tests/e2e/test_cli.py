@@ -203,6 +203,12 @@ def test_a_failed_start_prints_its_error_line_alone(tmp_path, args, needle):
         (["check", "--pod-atribution=false"], {},
          "unknown flag --pod-atribution (did you mean --pod-attribution?)"),
         ([], {"OTEL_GPU_LISTEN": "nowhere"}, "listen (from environment variable OTEL_GPU_LISTEN)"),
+        (["--port", "9400"], {}, "(did you mean --listen :9400?)"),
+        (["--web.listen-address", ":9100"], {}, "(did you mean --listen :9100?)"),
+        (["--web.config.file", "w.yml"], {}, "(did you mean --web-config-file w.yml?)"),
+        (["-c", "1000"], {}, "(did you mean --interval 1s?)"),
+        (["chek"], {}, "unknown command 'chek' (did you mean check?)"),
+        (["-simulate", "h100x8"], {}, "unknown flag -simulate (did you mean --simulate?)"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args, env, needle):
@@ -217,6 +223,18 @@ def test_check_prints_every_device():
     assert code == 0, err
     assert "GPU 0 MIG 3g.20gb" in out and "GPU 2" in out
     assert "hw.gpu.memory.usage" in out
+
+
+def test_check_json_is_one_document_on_stdout():
+    """The log lines stay on stderr: a script reads stdout as it is."""
+    import json
+
+    code, out, err = run_cli("check", "--simulate", "a100-mig", "--format", "json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert [d["mig_profile"] for d in report["devices"]].count("3g.20gb") >= 1
+    assert any(v["metric"] == "hw.gpu.memory.usage" for d in report["devices"]
+               for v in d["values"])
 
 
 def test_check_exits_1_when_no_gpu_is_readable(tmp_path):
