@@ -1,4 +1,9 @@
-"""The project's own Pod Resources schema: fresh stubs, kubelet wire compatibility."""
+"""The project's own Pod Resources schema: fresh stubs, kubelet wire compatibility.
+
+The kubelet's own definitions are vendored under ``proto/kubelet/`` (see
+``proto/README.md`` for where they come from), so the compatibility check runs in
+every clone.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +22,8 @@ from otel_gpu.attribute.k8s.kubelet_rpc import RPC_METHODS
 ROOT = Path(__file__).resolve().parents[3]
 GEN = ROOT / "scripts" / "gen_proto.py"
 STUBS = ROOT / "otel_gpu" / "attribute" / "k8s" / "_proto"
-REFERENCE = ROOT.parent / "shared" / "reference" / "podresources"
+KUBELET = ROOT / "proto" / "kubelet" / "podresources"
+"""The kubelet's api.proto files, unchanged (proto/README.md)."""
 
 
 def run_gen(*args: str) -> subprocess.CompletedProcess[str]:
@@ -83,12 +89,11 @@ def _shape(fdp: descriptor_pb2.FileDescriptorProto) -> dict:
     }
 
 
-@pytest.mark.skipif(not REFERENCE.is_dir(), reason="kubelet reference schema not available")
 @pytest.mark.parametrize(("version", "module"), [("v1", v1_pb2), ("v1alpha1", v1alpha1_pb2)])
 def test_wire_compatible_with_kubelet_schema(version: str, module, tmp_path) -> None:
     out = tmp_path / "ref.pb"
     subprocess.run(
-        [sys.executable, "-m", "grpc_tools.protoc", f"-I{REFERENCE / version}",
+        [sys.executable, "-m", "grpc_tools.protoc", f"-I{KUBELET / version}",
          f"--descriptor_set_out={out}", "api.proto"],
         check=True, timeout=60,
     )  # fmt: skip
@@ -96,4 +101,32 @@ def test_wire_compatible_with_kubelet_schema(version: str, module, tmp_path) -> 
     ours = descriptor_pb2.FileDescriptorProto()
     module.DESCRIPTOR.CopyToProto(ours)
     assert _shape(ours) == _shape(reference)
+
+
+def test_the_kubelets_files_are_vendored_unchanged() -> None:
+    """Its own header, no comment of ours: a copy, where proto/README.md says it is from."""
+    for version in ("v1", "v1alpha1"):
+        text = (KUBELET / version / "api.proto").read_text()
+        assert text.startswith("// To regenerate api.pb.go run"), version
+        assert f'option go_package = "k8s.io/kubelet/pkg/apis/podresources/{version}";' in text
+        assert "otel-gpu" not in text
+    readme = (ROOT / "proto" / "README.md").read_text()
+    assert "Apache License" in readme and "kubernetes/kubelet" in readme
+
+
+def test_a_difference_on_the_wire_fails_the_comparison(tmp_path) -> None:
+    """The comparison can fail: a field renumbered in a copy of ours is told apart."""
+    edited = tmp_path / "v1"
+    edited.mkdir()
+    ours = (ROOT / "proto" / "podresources" / "v1" / "api.proto").read_text()
+    assert ours.count("int64 ID = 1;") == 1  # NUMANode's one field
+    (edited / "api.proto").write_text(ours.replace("int64 ID = 1;", "int64 ID = 9;"))
+
+    def shape_of(directory: Path) -> dict:
+        out = tmp_path / f"{directory.name}.pb"
+        subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{directory}",
+                        f"--descriptor_set_out={out}", "api.proto"], check=True, timeout=60)
+        return _shape(descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file[0])
+
+    assert shape_of(edited) != shape_of(KUBELET / "v1")
 
