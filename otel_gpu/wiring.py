@@ -24,7 +24,7 @@ from otel_gpu.export import exporters
 from otel_gpu.export.collected import CollectingReader
 from otel_gpu.export.prometheus.endpoint import MetricsServer
 from otel_gpu.export.prometheus.webconfig import load_web_config
-from otel_gpu.export.seam import Published
+from otel_gpu.export.seam import Published, Served
 from otel_gpu.instrument.cardinality import CardinalityGuard
 from otel_gpu.instrument.catalog import CATALOG, all_sources
 from otel_gpu.instrument.telemetry import Collect, Telemetry, build_resource
@@ -109,7 +109,8 @@ def pod_enricher(
             on_update=on_update,
         )
 
-    watcher = KubeletWatch(config.kubelet_socket, build, interval=config.kubelet_interval)
+    watcher = KubeletWatch(config.kubelet_socket, build, interval=config.kubelet_interval,
+                           grace_period=config.kubelet_grace_period)
     pod_dirs = PodLogIndex(Path(config.pod_log_root))
     processes = (ProcessMapper(Path(config.proc_root), index=pod_dirs)
                  if config.process_usage else None)
@@ -240,7 +241,7 @@ class Service:
                             for name, stage in named if stage is not None)
         for stage in self.stages:  # in this order: pods, then jobs, then containers
             self.pipeline.add_stage(stage.process)
-        self.readiness = Readiness(store, timings, clock)
+        self.readiness = Readiness(store, timings, clock, notes=self._notes)
         web = load_web_config(config.web_config_file) if config.web_config_file else None
         # The endpoint answers health probes whatever the exporters; /metrics is the body of
         # the exporter that has one (404 without).
@@ -256,6 +257,12 @@ class Service:
                 raise SetupError(f"health_listen {_address(*config.health_listen)}: "
                                  f"{exc.strerror or exc}") from None
 
+    def _notes(self) -> tuple[str, ...]:
+        """What ``/readyz`` adds to its reason: why pods are not attributed, once that is
+        more than a kubelet starting (still ready: the device metrics are right)."""
+        problem = self.enricher.problem() if self.enricher is not None else None
+        return () if problem is None else (f"pods not attributed: {problem}",)
+
     def start(self) -> None:
         self.server.start()
         if self.health_server is not None:
@@ -265,9 +272,12 @@ class Service:
         self.pipeline.start()
         host, _ = self.config.listen
         scheme = "https" if self.server.tls is not None else "http"
-        log.info("serving metrics on %s://%s/metrics (interval %g s; exporters: %s)",
-                 scheme, _address(host, self.server.port), self.config.interval,
-                 ", ".join(self.exporters))
+        served = Served(f"{scheme}://{_address(host, self.server.port)}", self.config.interval)
+        if not any(e.scrape is not None for e in self.outputs):
+            log.info("serving probes on %s/healthz and /readyz; /metrics answers 404 (no "
+                     "exporter serves it: exporters %s)", served.url, ", ".join(self.exporters))
+        for exporter in self.outputs:  # one line each: where the telemetry goes
+            log.info("%s", exporter.describe(served))
         if self.health_server is not None and self.config.health_listen is not None:
             host, _ = self.config.health_listen
             log.info("serving health checks on http://%s/healthz and /readyz",

@@ -74,6 +74,18 @@ def backoff(failures: int, base: float, cap: float, draw: float) -> float:
     return max(MIN_DELAY_S, ceiling * draw)
 
 
+def span(seconds: float) -> str:
+    """A duration as an operator reads it in a reason: ``0.4 s``, ``45 s``, ``5 min``,
+    ``3 h``."""
+    if seconds < 10:
+        return f"{max(seconds, 0.0):.1f} s"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.0f} h"
+
+
 class Unanswered(Exception):
     """The source gave no usable answer: ``str()`` says why in one line; ``key`` groups the
     repeats of one kind of failure for the rate limit of its log line."""
@@ -279,6 +291,24 @@ class SocketWatch(Generic[S, K]):
     def thread(self) -> threading.Thread | None:
         """The polling thread while started."""
         return self._loop.thread
+
+    def outage(self) -> str | None:
+        """Why the source's state is not used, in a few words, once that is more than a
+        restart (``/readyz`` says it): something that is not a socket at the path, or
+        failures (a missing socket among them) that outlast the grace period. None while
+        it answers or the grace period runs."""
+        state, failing_since = self._current
+        presence = self._presence
+        if presence is Presence.NOT_SOCKET:
+            return f"{self.socket_path} is not a socket"
+        if failing_since is None:
+            return None
+        elapsed = self.clock() - failing_since
+        if elapsed < self.grace_period:
+            return None
+        if presence is Presence.ABSENT:
+            return f"no socket at {self.socket_path} for {span(elapsed)}"
+        return f"{self.lines.what} at {self.socket_path} unanswered for {span(elapsed)}"
 
     def count(self, key: K) -> None:
         """One request made, by its outcome: for the source's fetch to call."""

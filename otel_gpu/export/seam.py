@@ -57,6 +57,17 @@ class Published:
     clock: Callable[[], float] = field(default=time.monotonic)
 
 
+@dataclass(frozen=True)
+class Served:
+    """Where the service's HTTP endpoint listens, and how often it publishes: what an
+    exporter's start-up line (:meth:`Exporter.describe`) may need to say where it is."""
+
+    url: str
+    """The endpoint's base URL: ``http://0.0.0.0:9400``, ``https://[::1]:9400``."""
+    interval: float
+    """Seconds between two publications."""
+
+
 class Exporter(Protocol):
     """One way the telemetry leaves the process, built from the typed config."""
 
@@ -90,6 +101,12 @@ class Exporter(Protocol):
 
     def attach(self, published: Published) -> Sequence[Subscriber]:
         """Start on the built pipeline; the publish-loop subscribers it needs."""
+        ...
+
+    def describe(self, served: Served) -> str:
+        """Its start-up line, once started: where it serves or pushes, the protocol, how
+        often; so that an operator sees where the telemetry goes without knowing the
+        exporter."""
         ...
 
     def stop(self, timeout_s: float) -> None:

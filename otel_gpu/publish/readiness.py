@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from otel_gpu.publish.store import SnapshotStore
 from otel_gpu.publish.timings import Timings
 from otel_gpu.snapshot import FAILED, DeviceSample, Snapshot
 
 
-def readiness(snapshot: Snapshot | None, now: float, timings: Timings) -> tuple[bool, str]:
-    """Whether ``/readyz`` should pass, and the one-line reason either way."""
+def readiness(snapshot: Snapshot | None, now: float, timings: Timings,
+              notes: Sequence[str] = ()) -> tuple[bool, str]:
+    """Whether ``/readyz`` should pass, and the one-line reason either way.
+
+    ``notes`` (what an attribution stage lacks: no kubelet socket) are added to the
+    reason and change nothing of the answer: the device metrics are right without them.
+    """
+    ready, reason = _readiness(snapshot, now, timings)
+    return ready, "; ".join((reason, *notes))
+
+
+def _readiness(snapshot: Snapshot | None, now: float, timings: Timings) -> tuple[bool, str]:
     if snapshot is None:
         return False, "not ready: no NVML sample has finished yet"
     age = now - snapshot.taken_monotonic
@@ -70,10 +80,13 @@ class Readiness:
     def __init__(
         self, store: SnapshotStore, timings: Timings,
         clock: Callable[[], float] = time.monotonic,
+        notes: Callable[[], Sequence[str]] = tuple,
     ) -> None:
         self._store = store
         self._timings = timings
         self._clock = clock
+        self._notes = notes
+        """What the reason adds (see :func:`readiness`); cheap, read on each probe."""
 
     def __call__(self) -> tuple[bool, str]:
-        return readiness(self._store.latest, self._clock(), self._timings)
+        return readiness(self._store.latest, self._clock(), self._timings, self._notes())

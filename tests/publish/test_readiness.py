@@ -65,3 +65,12 @@ def test_not_ready_without_any_device_says_what_nvml_said():
         False, "not ready: no readable GPU: nvmlDeviceGetCount failed: driver not loaded")
     assert readiness(snapshot(seq=1, taken_monotonic=100.0), 100.0, TEN) == (
         False, "not ready: no readable GPU: none found")
+
+
+def test_notes_are_added_to_the_reason_and_change_no_answer():
+    good = snapshot(DeviceSample(GPU), seq=1, taken_monotonic=100.0)
+    note = "pods not attributed: no kubelet socket at /x/kubelet.sock for 5 min"
+    ready, reason = readiness(good, 100.0, TEN, (note,))
+    assert ready and reason.startswith("ready: 1 of 1") and reason.endswith("; " + note)
+    ready, reason = readiness(None, 100.0, TEN, (note,))
+    assert not ready and reason == "not ready: no NVML sample has finished yet; " + note

@@ -204,6 +204,9 @@ class FakePodSource:
     def stop(self, timeout: float = 2.0) -> None:
         self.started = False
 
+    def problem(self) -> str | None:
+        return None
+
 
 # --------------------------------------------------------------------------- server
 

@@ -19,7 +19,10 @@ from pathlib import Path
 from tests.support.exposition import series
 
 ROOT = Path(__file__).resolve().parents[2]
-_SERVING = re.compile(r"serving metrics on https?://(?:\[[0-9A-Fa-f:.%]+\]|[^:/\[]+):(\d+)/metrics")
+_SERVING = re.compile(r"serving (?:metrics|probes) on https?://"
+                      r"(?:\[[0-9A-Fa-f:.%]+\]|[^:/\[]+):(\d+)/(?:metrics|healthz)")
+"""The start-up line naming the endpoint's port: the Prometheus exporter's, or the probes'
+when no exporter serves /metrics."""
 
 
 def wait_until(predicate: Callable[[], object], timeout: float = 15.0, what: str = "") -> object:

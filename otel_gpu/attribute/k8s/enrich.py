@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import stat
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -43,8 +44,8 @@ from otel_gpu.attribute.enrich import Watched
 from otel_gpu.attribute.k8s.energy import EnergyLedger
 from otel_gpu.attribute.k8s.kubelet_answer import PodResourcesState
 from otel_gpu.attribute.k8s.processes import PodLogIndex, ProcessMapper, join_usage
-from otel_gpu.attribute.k8s.source import LINES, PodSource
-from otel_gpu.attribute.watch import Loop, backoff
+from otel_gpu.attribute.k8s.source import DIRECTORY, LINES, STILL_ABSENT, PodSource
+from otel_gpu.attribute.watch import Loop, backoff, span
 from otel_gpu.snapshot import Attribution, KubeletStats, Pods, PodUsage, Snapshot, UnresolvedId
 from otel_gpu.workload import PodRef
 
@@ -58,6 +59,9 @@ EXAMPLES = 3
 """Unmatched ids quoted in the summary line."""
 SUMMARY_EVERY_S = 60.0
 BUILD_BACKOFF_CAP_S = 300.0
+ABSENT_EVERY_S = 600.0
+"""A kubelet socket still absent past the grace period is warned of at most this often."""
+SOCKET_NAME = "kubelet.sock"
 """The longest wait between two tries at building a watcher that failed (a bug)."""
 _ID_CHARS = 80
 
@@ -95,30 +99,78 @@ class KubeletWatch:
         build: Callable[[], PodResourcesWatcher],
         *,
         interval: float,
+        grace_period: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+        absent_every: float = ABSENT_EVERY_S,
     ) -> None:
         self.socket_path = os.fspath(socket_path)
         self.interval = interval
+        self.grace_period = grace_period
+        self.clock = clock
         self._build = build
         self.watcher: PodResourcesWatcher | None = None
         """Set once, by :meth:`start`, the waiting thread or :meth:`poll_once`."""
         self._checks = 0
         self._said_absent = False
+        self._missing_since: float | None = None
+        """When the path was first found without a socket (monotonic); None until then."""
+        self._directory = False
         self._build_failures = 0
         self._wait = Loop("otel-gpu-kubelet-wait", self._look, self._build_failed)
         self._limited = LogLimiter(log, 60.0)
+        self._absent_log = LogLimiter(log, absent_every, clock=clock)
 
     def _ensure(self, *, late: bool = False) -> PodResourcesWatcher | None:
         if self.watcher is None:
-            if not os.path.lexists(self.socket_path):
+            path = self.socket_path
+            directory = os.path.isdir(path)
+            if directory or not os.path.lexists(path):
                 self._checks += 1
-                if not self._said_absent:
-                    self._said_absent = True
-                    log.info(LINES.absent, {"path": self.socket_path})
+                now = self.clock()
+                if self._missing_since is None:
+                    self._missing_since = now
+                if directory and not self._directory:
+                    log.warning(DIRECTORY, {"path": path, "hint": self._hint(path)})
+                elif not directory and not self._said_absent:
+                    log.info(LINES.absent, {"path": path})
+                elif not directory and now - self._missing_since >= self.grace_period:
+                    self._absent_log.log("absent", logging.WARNING, STILL_ABSENT, {
+                        "path": path, "interval": self.interval,
+                        "elapsed": span(now - self._missing_since)})
+                self._directory = directory
+                self._said_absent = self._said_absent or not directory
                 return None
             self.watcher = self._build()
             if late:
-                log.info(LINES.back, {"path": self.socket_path})
+                log.info(LINES.back, {"path": path})
         return self.watcher
+
+    @staticmethod
+    def _hint(directory: str) -> str:
+        """Where the socket is when the directory holds one by its usual name."""
+        inside = os.path.join(directory, SOCKET_NAME)
+        try:
+            if stat.S_ISSOCK(os.stat(inside).st_mode):
+                return f" ({inside} is there)"
+        except OSError:
+            pass
+        return f" (the kubelet's is {SOCKET_NAME} in it; none there now)"
+
+    def problem(self) -> str | None:
+        """Why pods are not attributed, past a kubelet starting: the path names a directory,
+        or no socket appeared within the grace period (then the watcher's own outage)."""
+        watcher = self.watcher
+        if watcher is not None:
+            return watcher.problem()
+        since = self._missing_since
+        if since is None:
+            return None
+        if self._directory:
+            return f"kubelet_socket {self.socket_path} is a directory, not the socket"
+        elapsed = self.clock() - since
+        if elapsed < self.grace_period:
+            return None
+        return f"no kubelet socket at {self.socket_path} for {span(elapsed)}"
 
     @property
     def state(self) -> PodResourcesState | None:
@@ -203,6 +255,10 @@ class PodEnricher(Watched):
         self._summary_every = summary_every
         self.energy = EnergyLedger()
         """Energy per (device, container): fed every snapshot, counts each sample once."""
+
+    def problem(self) -> str | None:
+        """Why pods are not attributed (for ``/readyz``), past a kubelet (re)starting."""
+        return self.watcher.problem()
 
     def process(self, snapshot: Snapshot) -> Snapshot:
         state = self.watcher.state

@@ -133,6 +133,10 @@ class PodResourcesWatcher(SocketWatch[PodResourcesState, tuple[str, str]]):
             socket_present=self.socket_present,
         )
 
+    def problem(self) -> str | None:
+        """Why pods are not attributed, past a kubelet restart (the watcher's outage)."""
+        return self.outage()
+
     # ------------------------------------------------------------------ the protocol
 
     def _ask(self) -> PodResourcesState:

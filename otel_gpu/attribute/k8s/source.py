@@ -33,6 +33,15 @@ LINES = Lines(
 )
 """What the kubelet's watchers say, in the words an operator of a Kubernetes node knows."""
 
+STILL_ABSENT = ("pod attribution off: still no kubelet socket at %(path)s after %(elapsed)s "
+                "(kubelet_socket mistyped, or its directory not mounted?); pods are not "
+                "attributed until it appears, looked for every %(interval)g s")
+"""WARNING, at most every few minutes, while the socket stays absent past the grace period:
+the INFO line at start is easy to miss when the path is simply wrong."""
+DIRECTORY = ("kubelet_socket %(path)s is a directory, not the kubelet's pod-resources socket: "
+             "pod attribution is off; set kubelet_socket to the socket's own path%(hint)s")
+"""WARNING, once: the setting names the directory (the one a container mounts)."""
+
 
 @runtime_checkable
 class PodSource(Protocol):
@@ -54,3 +63,8 @@ class PodSource(Protocol):
     def start(self) -> None: ...
 
     def stop(self, timeout: float = 2.0) -> None: ...
+
+    def problem(self) -> str | None:
+        """Why pods are not attributed, once it is more than a kubelet (re)starting: what
+        ``/readyz`` adds to its reason (None: nothing to say)."""
+        ...

@@ -18,15 +18,42 @@ from otel_gpu.config import Config
 from otel_gpu.export import sdk_env
 from otel_gpu.export.collected import CollectingReader
 from otel_gpu.export.events.detector import EventDetector, EventSubscriber
-from otel_gpu.export.otlp.transport import OtlpSettings, endpoint_configured
+from otel_gpu.export.otlp.transport import (
+    GRPC,
+    LOGS,
+    METRICS,
+    OtlpSettings,
+    endpoint_configured,
+    resolve,
+    signal_url,
+    variable,
+)
 from otel_gpu.instrument.schema import Metric
 from otel_gpu.publish.pipeline import Subscriber
 
 if TYPE_CHECKING:
     from otel_gpu.export.otlp.logs import EventLog
-    from otel_gpu.export.seam import Published
+    from otel_gpu.export.seam import Published, Served
 
 NAME = "otlp"
+_DEFAULT_ENDPOINTS = {GRPC: "http://localhost:4317", "http/protobuf": "http://localhost:4318"}
+"""Where the SDK's exporters send when no endpoint is set."""
+
+
+def destination(settings: OtlpSettings, environ: Mapping[str, str], signal: str
+                ) -> tuple[str, str]:
+    """(URL, protocol) the SDK's exporter of ``signal`` sends to: the endpoint the transport
+    resolved, else the variables the SDK reads, else its default, as the SDK completes it
+    (an HTTP base URL gets the signal's path)."""
+    transport = resolve(settings, environ, signal)
+    endpoint = transport.endpoint or environ.get(variable(signal, "ENDPOINT"), "").strip()
+    if endpoint:
+        return endpoint, transport.protocol
+    base = (environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+            or _DEFAULT_ENDPOINTS[transport.protocol])
+    if transport.protocol == GRPC:
+        return base, transport.protocol
+    return signal_url(base, signal), transport.protocol
 
 
 class OtlpMetricsExporter:
@@ -59,6 +86,13 @@ class OtlpMetricsExporter:
 
     def attach(self, published: Published) -> Sequence[Subscriber]:
         return ()
+
+    def describe(self, served: Served) -> str:
+        from otel_gpu.export.otlp.push import export_interval_ms
+
+        url, protocol = destination(self.settings, self._environ, METRICS)
+        every = export_interval_ms(self.settings.interval, self._environ) / 1000
+        return f"{self.name} metrics: pushing to {url} ({protocol}) every {every:g} s"
 
     def stop(self, timeout_s: float) -> None:
         """The reader's final export is the MeterProvider's shutdown."""
@@ -103,6 +137,13 @@ class OtlpLogsExporter:
         if self._events is None or self._detector is None:
             return ()
         return (EventSubscriber(self._detector, self._events.emit),)
+
+    def describe(self, served: Served) -> str:
+        if self._events is None:
+            return f"{self.name} logs: off (OTEL_LOGS_EXPORTER=none): GPU events are not sent"
+        url, protocol = destination(self.settings, self._environ, LOGS)
+        return (f"{self.name} logs: pushing GPU events to {url} ({protocol}) as they happen "
+                f"(batched within a second)")
 
     def stop(self, timeout_s: float) -> None:
         """The queued events go out, within ``timeout_s``."""

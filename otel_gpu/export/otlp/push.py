@@ -52,6 +52,13 @@ def _millis(value: float | None, variable: str, environ: Mapping[str, str],
         return default
 
 
+def export_interval_ms(interval_s: float | None, environ: Mapping[str, str]) -> float:
+    """The push interval in milliseconds: the setting, else OTEL_METRIC_EXPORT_INTERVAL, else
+    the SDK's default (what :class:`OtlpPush` and the SDK's periodic reader wait)."""
+    return _millis(None if interval_s is None else interval_s * 1000,
+                   "OTEL_METRIC_EXPORT_INTERVAL", environ, DEFAULT_INTERVAL_MS)
+
+
 def cumulative(exporter: MetricExporter) -> bool:
     """Whether the exporter wants every instrument cumulative (then it may share a collection)."""
     preferred = getattr(exporter, "_preferred_temporality", None) or {}
@@ -77,8 +84,7 @@ class OtlpPush(MetricReader):
         self.fresh: Callable[[], MetricsData | None] = source.collect_now
         """Collects now; the owner of the snapshot may wrap it to pin one snapshot."""
         self._exporter = exporter
-        self.interval_ms = _millis(None if interval_s is None else interval_s * 1000,
-                                   "OTEL_METRIC_EXPORT_INTERVAL", env, DEFAULT_INTERVAL_MS)
+        self.interval_ms = export_interval_ms(interval_s, env)
         self.timeout_ms = _millis(None if timeout_s is None else timeout_s * 1000,
                                   "OTEL_METRIC_EXPORT_TIMEOUT", env, DEFAULT_TIMEOUT_MS)
         if self.interval_ms <= 0:

@@ -26,7 +26,7 @@ from otel_gpu.snapshot import Snapshot
 
 if TYPE_CHECKING:
     from otel_gpu.export import sdk_env
-    from otel_gpu.export.seam import Published
+    from otel_gpu.export.seam import Published, Served
 
 OTEL = "otel"
 """The naming profile that is the OpenTelemetry instruments themselves."""
@@ -100,6 +100,11 @@ class PrometheusExporter:
                                   published=lambda: store.latest is not None,
                                   idle_after=timings.render_idle_after)
         return (RenderSubscriber(self.scrape),)
+
+    def describe(self, served: Served) -> str:
+        """Where scrapers pull the body (the line tests and scripts wait for names the URL)."""
+        return (f"{self.name}: serving metrics on {served.url}/metrics (pulled by scrapers; "
+                f"new values every {served.interval:g} s)")
 
     def stop(self, timeout_s: float) -> None:
         """The endpoint is stopped by the service."""

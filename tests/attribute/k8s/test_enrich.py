@@ -196,3 +196,66 @@ def test_the_waiting_watcher_builds_once_something_is_there_and_retries_a_failed
     assert lines[0].getMessage().startswith(f"pod attribution off: no kubelet socket at {path}")
     assert lines[1].exc_info is not None
     assert lines[2].getMessage().endswith("is available: pod attribution on")
+
+
+def _waiting(path, clock, **kw):
+    """A waiting watcher whose build is never reached while nothing (or a directory) is there."""
+    from otel_gpu.attribute.k8s.enrich import KubeletWatch
+
+    def build():
+        raise AssertionError("built at a path without a socket")
+
+    return KubeletWatch(path, build, interval=10.0, grace_period=60.0, clock=clock, **kw)
+
+
+def test_a_socket_absent_past_the_grace_period_is_warned_of_and_said_in_readiness(
+        tmp_path, caplog):
+    """A mistyped kubelet_socket: one INFO line at first, then a WARNING once the grace period
+    is over, repeated at most every ``absent_every``; ``problem`` (what /readyz adds) is None
+    within the grace period and names the path and how long after it."""
+    clock = FakeClock()
+    path = tmp_path / "kubelet.sokc"
+    waiting = _waiting(path, clock, absent_every=600.0)
+    enrich = PodEnricher(waiting, tmp_path)
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        for _ in range(6):  # the waiting thread's looks, one per interval, within the grace
+            assert not waiting.poll_once()
+            assert enrich.problem() is None
+            clock.advance(10.0)
+        for _ in range(60 * 6):  # an hour of looks past the grace period
+            assert not waiting.poll_once()
+            clock.advance(10.0)
+    lines = [r for r in caplog.records if r.name == LOGGER]
+    assert lines[0].levelno == logging.INFO
+    warnings = [r.getMessage() for r in lines if r.levelno == logging.WARNING]
+    assert len(warnings) == 6, warnings  # one per 10 min over the hour
+    assert warnings[0].startswith(f"pod attribution off: still no kubelet socket at {path} "
+                                  "after 60 s (kubelet_socket mistyped"), warnings[0]
+    assert enrich.problem() == f"no kubelet socket at {path} for 61 min"
+
+
+def test_a_directory_is_said_to_be_one_not_told_to_be_mounted(tmp_path, caplog):
+    import socket
+
+    clock = FakeClock()
+    directory = tmp_path / "pod-resources"
+    directory.mkdir()
+    waiting = _waiting(directory, clock)
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        assert not waiting.poll_once()
+        assert not waiting.poll_once()
+    (line,) = [r for r in caplog.records if r.name == LOGGER]
+    assert line.levelno == logging.WARNING
+    text = line.getMessage()
+    assert text.startswith(f"kubelet_socket {directory} is a directory, not the kubelet's "
+                           "pod-resources socket"), text
+    assert "mount" not in text and "none there now" in text
+    assert waiting.problem() == f"kubelet_socket {directory} is a directory, not the socket"
+    # With the socket inside, the line names it.
+    caplog.clear()
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(directory / "kubelet.sock"))
+        with caplog.at_level(logging.INFO, logger=LOGGER):
+            assert not _waiting(directory, clock).poll_once()
+    (line,) = [r for r in caplog.records if r.name == LOGGER]
+    assert f"({directory / 'kubelet.sock'} is there)" in line.getMessage()
