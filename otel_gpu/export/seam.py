@@ -25,13 +25,16 @@ from otel_gpu.publish.timings import Timings
 
 
 class Body(Protocol):
-    """A rendered ``/metrics`` body, plain and gzipped."""
+    """A rendered ``/metrics`` body, plain and gzipped, and the Content-Type it is served as."""
 
     @property
     def body(self) -> bytes: ...
 
     @property
     def gzipped(self) -> bytes: ...
+
+    @property
+    def content_type(self) -> str: ...
 
 
 class Scrape(Protocol):
@@ -42,8 +45,8 @@ class Scrape(Protocol):
         """Whether the first sample is out (None: always); until then a scrape gets 503."""
         ...
 
-    def get(self) -> Body:
-        """The body to serve now."""
+    def get(self, accept: str | None = None) -> Body:
+        """The body to serve now, in the format the scraper's ``Accept`` header asks for."""
         ...
 
 

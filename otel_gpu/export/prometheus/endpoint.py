@@ -21,6 +21,13 @@ as a prometheus_client exporter pays on every scrape), after which the
 publications render again. No scrape is served a body more than one
 publication behind.
 
+The format of a response is the one the scraper's ``Accept`` asks for
+(:mod:`.formats`). A publication is collected once; each format is written
+from that collection the first time a scrape asks for it, and kept (with its
+gzip) for the other scrapes of the publication. A publication renders, on the
+publishing thread, only the formats scraped within ``idle_after``: a format
+nobody asks for is never written.
+
 The server is :mod:`otel_gpu.export.prometheus.http_server`'s, with its bounds against
 clients that misbehave.
 """
@@ -33,9 +40,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
+from otel_gpu import __version__
 from otel_gpu._log import LogLimiter
 from otel_gpu.export.prometheus.basic_auth import AuthBusy, BasicAuth
+from otel_gpu.export.prometheus.formats import TEXT_0_0_4, Format, Style, negotiate
 from otel_gpu.export.prometheus.http_server import (
     HEAD_TIMEOUT_S,
     MAX_CONNECTIONS,
@@ -54,16 +64,62 @@ ReadyCheck = Callable[[], "tuple[bool, str]"]
 """Whether the collector is ready, and why (what /readyz answers)."""
 
 # The classic text format, which every Prometheus version and promtool read.
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CONTENT_TYPE = TEXT_0_0_4.content_type
 
+
+class Exposition(Protocol):
+    """One publication's collection, written in a style on demand."""
+
+    def write(self, style: Style) -> bytes: ...
 
 
 @dataclass(frozen=True)
-class _Rendered:
+class Served:
+    """A body as served: one publication in one format, plain and gzipped."""
+
     key: object
     at: float
     body: bytes
     gzipped: bytes
+    content_type: str
+
+
+class _Rendered:
+    """One publication: its collection, and the bodies written from it so far, by style."""
+
+    __slots__ = ("at", "bodies", "key", "served", "source")
+
+    def __init__(self, key: object, at: float, source: bytes | Exposition) -> None:
+        self.key = key
+        self.at = at
+        self.source = source
+        """The collection; plain bytes where the render gives text 0.0.4 only."""
+        self.bodies: dict[Style, tuple[bytes, bytes]] = {}
+        self.served: dict[Format, Served] = {}
+
+    def resolve(self, fmt: Format) -> Format:
+        return fmt if not isinstance(self.source, bytes) else TEXT_0_0_4
+
+    def ready(self, fmt: Format) -> Served | None:
+        """The body in ``fmt`` if its style is written already (no writing here)."""
+        served = self.served.get(fmt)
+        if served is None:
+            written = self.bodies.get(fmt.style)
+            if written is not None:
+                served = self.served[fmt] = Served(self.key, self.at, *written,
+                                                   fmt.content_type)
+        return served
+
+    def write(self, style: Style) -> bool:
+        """Write ``style`` if not yet written (under the cache's lock); whether it wrote."""
+        source = self.source
+        if isinstance(source, bytes):
+            style = TEXT_0_0_4.style  # the only one it has
+        if style in self.bodies:
+            return False
+        body = source if isinstance(source, bytes) else source.write(style)
+        self.bodies[style] = (body, gzip.compress(body, 5))
+        return True
 
 
 class RenderCache:
@@ -77,7 +133,7 @@ class RenderCache:
 
     def __init__(
         self,
-        render: Callable[[], bytes],
+        render: Callable[[], bytes | Exposition],
         snapshot_key: Callable[[], object],
         *,
         max_age: float,
@@ -97,24 +153,39 @@ class RenderCache:
         self._idle_after = idle_after
         """No scrape for this long: publications stop rendering (None: they always render)."""
         self._asked: float | None = None  # when a scrape last asked (None: none yet)
+        self._wanted: dict[Style, float] = {}
+        """When a scrape last asked for each style: a publication writes those asked lately."""
         self.renders = 0
+        """Publications collected."""
+        self.writes: dict[Style, int] = {}
+        """Bodies written, by style (at most one per publication each)."""
         self.skipped = 0
         """Publications left unrendered because nobody was scraping."""
         self._limited = LogLimiter(log, 60.0)
 
-    def get(self) -> _Rendered:
-        self._asked = self._clock()  # one store of a float: no lock needed
+    def get(self, accept: str | None = None) -> Served:
+        """The body for a scrape whose ``Accept`` header is ``accept`` (None: text 0.0.4)."""
+        fmt = negotiate(accept)
+        self._asked = asked = self._clock()  # one store of a float: no lock needed
+        self._wanted[fmt.style] = asked
         cached = self._cached
-        if cached is not None and (self._lock.locked() or (
-                cached.key == self._key() and self._clock() - cached.at < self._max_age)):
-            return cached  # current, or a newer one is being rendered: serve this meanwhile
+        if cached is not None:
+            fmt = cached.resolve(fmt)
+            served = cached.ready(fmt)
+            if served is not None and (self._lock.locked() or (
+                    cached.key == self._key() and self._clock() - cached.at < self._max_age)):
+                return served  # current, or a newer one is being rendered: serve this meanwhile
         with self._lock:  # one render at a time; waiters reuse its result
             key = self._key()
             now = self._clock()
             cached = self._cached
             if cached is None or cached.key != key or now - cached.at >= self._max_age:
-                cached = self._render_now(key, now)
-            return cached
+                cached = self._render_now(key, now, ())
+            fmt = cached.resolve(fmt)
+            self._write(cached, fmt.style)
+            served = cached.ready(fmt)
+            assert served is not None
+            return served
 
     def refresh(self) -> None:
         """Render the latest snapshot now (on the publishing thread), unless already done or
@@ -134,7 +205,7 @@ class RenderCache:
                     self._cached = None  # a scrape renders the new one; none gets the old
                     self.skipped += 1
                     return
-                self._render_now(key, now)
+                self._render_now(key, now, self._styles_wanted(now))
         except Exception as exc:  # noqa: BLE001 - the publisher must outlive a render bug
             self._limited.log("refresh", logging.ERROR, "rendering /metrics failed: %s at %s",
                               describe(exc), where(exc))
@@ -146,17 +217,54 @@ class RenderCache:
         asked = self._asked
         return asked is None or now - asked >= self._idle_after
 
-    def _render_now(self, key: object, now: float) -> _Rendered:
-        body = self._render()
-        cached = self._cached = _Rendered(key, now, body, gzip.compress(body, 5))
+    def _styles_wanted(self, now: float) -> tuple[Style, ...]:
+        """The styles scraped within ``idle_after`` (all ever asked without it); today's
+        text when none was asked yet."""
+        if not self._wanted:
+            return (TEXT_0_0_4.style,)
+        limit = self._idle_after
+        return tuple(style for style, asked in list(self._wanted.items())
+                     if limit is None or now - asked < limit)
+
+    def _render_now(self, key: object, now: float, styles: tuple[Style, ...]) -> _Rendered:
+        """Collect a publication and write ``styles`` from it (under the lock)."""
+        cached = _Rendered(key, now, self._render())
         self.renders += 1
+        for style in styles:
+            self._write(cached, style)
+        self._cached = cached
         return cached
+
+    def _write(self, cached: _Rendered, style: Style) -> None:
+        if cached.write(style):
+            self.writes[style] = self.writes.get(style, 0) + 1
+
+
+LANDING = """<!DOCTYPE html>
+<html lang="en">
+<head><meta charset="utf-8"><title>otel-gpu</title></head>
+<body>
+<h1>otel-gpu</h1>
+<p>OpenTelemetry-native NVIDIA GPU metrics collector, version {version}.</p>
+<ul>
+<li><a href="metrics">/metrics</a>: the metrics, in the format the scraper asks for</li>
+<li><a href="healthz">/healthz</a>: liveness</li>
+<li><a href="readyz">/readyz</a>: readiness, and why</li>
+</ul>
+</body>
+</html>
+"""
+"""The page at ``/``: where the collector's paths are, and its version (relative links, so
+that they hold behind a proxy's path prefix)."""
 
 
 class _Handler(BoundedHandler):
-    """``/metrics``, ``/healthz``, ``/readyz`` and ``/``."""
+    """``/metrics``, ``/healthz``, ``/readyz`` and ``/``; HEAD as GET without the body."""
 
     server: MetricsServer
+
+    def do_HEAD(self) -> None:
+        self.do_GET()  # _send leaves the body out of a HEAD answer
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
@@ -168,7 +276,8 @@ class _Handler(BoundedHandler):
             ready, reason = self.server.readiness()
             self._text(200 if ready else 503, reason.rstrip("\n") + "\n")
         elif path == "/":
-            self._text(200, "otel-gpu: see /metrics, /healthz, /readyz\n")
+            self._send(200, LANDING.format(version=__version__).encode(),
+                       "text/html; charset=utf-8")
         else:
             self._text(404, "not found: try /metrics, /healthz or /readyz\n")
 
@@ -198,15 +307,17 @@ class _Handler(BoundedHandler):
                        (("Retry-After", "1"),))
             return
         try:
-            rendered = server.cache.get()
+            rendered = server.cache.get(self.headers.get("Accept"))
         except Exception as exc:  # noqa: BLE001 - a bug in rendering must not kill the server
             server.limited.log("render", logging.ERROR, "rendering /metrics failed: %s at %s",
                                describe(exc), where(exc))
             self._text(500, "rendering metrics failed; see the collector's log\n")
             return
         accepts_gzip = "gzip" in (self.headers.get("Accept-Encoding") or "")
-        extra = (("Content-Encoding", "gzip"),) if accepts_gzip else ()
-        self._send(200, rendered.gzipped if accepts_gzip else rendered.body, CONTENT_TYPE, extra)
+        vary = ("Vary", "Accept, Accept-Encoding")
+        extra = (("Content-Encoding", "gzip"), vary) if accepts_gzip else (vary,)
+        self._send(200, rendered.gzipped if accepts_gzip else rendered.body,
+                   rendered.content_type, extra)
 
 
 class MetricsServer(BoundedServer):

@@ -245,7 +245,8 @@ class BoundedHandler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":  # a HEAD answer is the GET's headers alone
+            self.wfile.write(body)
 
     def end_headers(self) -> None:
         for name, value in self.server.extra_headers:

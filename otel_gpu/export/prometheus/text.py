@@ -43,6 +43,15 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from otel_gpu._log import LogLimiter
+from otel_gpu.export.prometheus.formats import (
+    ALLOW_UTF8,
+    UNDERSCORES,
+    Style,
+    escape_name,
+    legacy_label,
+    legacy_name,
+    quote,
+)
 
 log = logging.getLogger(__name__)
 
@@ -131,27 +140,65 @@ def _escape_help(text: str) -> str:
     return text.replace("\\", r"\\").replace("\n", r"\n")
 
 
-def _labels(pairs: Iterable[tuple[str, Any]]) -> dict[str, str]:
-    """Sanitised label name -> label value; a later attribute wins a name collision."""
+def escape_help(text: str, openmetrics: bool) -> str:
+    """HELP text: OpenMetrics escapes double quotes too."""
+    text = _escape_help(text)
+    return text.replace('"', r'\"') if openmetrics else text
+
+
+PROMETHEUS = Style(openmetrics=False, escaping=UNDERSCORES)
+"""Today's text: translated names, the classic syntax (text 0.0.4, and 1.0.0 with
+``underscores``)."""
+
+
+def label_key(style: Style) -> Any:
+    """The function from an attribute key to its label name under ``style``: the translated
+    name under ``underscores``, else the key itself, escaped as the scheme asks."""
+    if style.legacy:
+        return label_name
+    escaping = style.escaping
+    return lambda key: escape_name(key, escaping)
+
+
+def _labels(pairs: Iterable[tuple[str, Any]], key_of: Any = label_name) -> dict[str, str]:
+    """Label name -> label value; a later attribute wins a name collision."""
     out: dict[str, str] = {}
     for key, value in pairs:
-        out[label_name(key)] = label_value(value)
+        out[key_of(key)] = label_value(value)
     return out
 
 
-def _braces(names: tuple[str, ...], values: Iterable[str]) -> str:
-    """``{a="1",b="2"}`` with the pairs sorted by name (``""`` without labels)."""
+def written_name(name: str) -> str:
+    """A metric or label name as it appears in the text: quoted unless a legacy one."""
+    return name if legacy_name(name) else quote(name)
+
+
+def _braces(names: tuple[str, ...], values: Iterable[str], quoted: bool = False) -> str:
+    """``{a="1",b="2"}`` with the pairs sorted by name (``""`` without labels); ``quoted``:
+    label names outside the legacy set in double quotes (``allow-utf-8``)."""
     pairs = sorted(zip(names, values, strict=False))
     if not pairs:
         return ""
+    if quoted:
+        return "{" + ",".join(f'{k if legacy_label(k) else quote(k)}="{escape_value(v)}"'
+                              for k, v in pairs) + "}"
     return "{" + ",".join(f'{k}="{escape_value(v)}"' for k, v in pairs) + "}"
 
 
+def sample_line(prefix: str, quoted: bool, braces: str, value: str) -> str:
+    """One sample; a name outside the legacy set goes inside the braces, quoted."""
+    if quoted:
+        return f"{prefix},{braces[1:]} {value}\n" if braces else f"{prefix}}} {value}\n"
+    return f"{prefix}{braces} {value}\n"
+
+
 class _Family:
-    __slots__ = ("header", "labelnames", "lines", "name")
+    __slots__ = ("header", "labelnames", "lines", "name", "quoted")
 
     def __init__(self, name: str, header: str, labelnames: tuple[str, ...]) -> None:
         self.name = name
+        """The samples' name as written before their labels (``{"a.b"`` when quoted)."""
+        self.quoted = name.startswith("{")
         self.header = header
         self.labelnames = labelnames
         self.lines: list[str] = []
@@ -174,8 +221,8 @@ class _Entry:
         self.braces = ""
         self.more: dict[object, str] | None = None
 
-    def labels(self) -> dict[str, str]:
-        return _labels(self.scope + tuple((self.attributes or {}).items()))
+    def labels(self, key_of: Any) -> dict[str, str]:
+        return _labels(self.scope + tuple((self.attributes or {}).items()), key_of)
 
     def get(self, key: object) -> str | None:
         if key == self.key:
@@ -194,13 +241,23 @@ class _Entry:
 class TextWriter:
     """Writes ``MetricsData`` as Prometheus text, as the OpenTelemetry Prometheus exporter would.
 
-    One writer per MeterProvider (its label strings are dropped with it).
+    One writer per MeterProvider and style (its label strings are dropped with it).
     ``scope_labels``/``target_info``: the exporter's ``scope_info_enabled`` and
     the opposite of its ``disable_target_info``. Not thread-safe: one render at a time.
+
+    ``style`` other than today's (:data:`PROMETHEUS`): under ``underscores`` the same
+    names in OpenMetrics (a counter's family without ``_total``, its samples with it, a
+    ``# UNIT`` where the name has a unit suffix, ``target`` an info family); under the
+    other escapings the OpenTelemetry names and attribute keys themselves, untranslated
+    and without suffixes (OpenMetrics adds ``_total`` to a counter's samples), escaped
+    as the scheme asks or quoted (``allow-utf-8``). ``# EOF`` is the caller's.
     """
 
     def __init__(self, *, scope_labels: bool = False, target_info: bool = True,
-                 max_label_sets: int = MAX_LABEL_SETS) -> None:
+                 max_label_sets: int = MAX_LABEL_SETS, style: Style = PROMETHEUS) -> None:
+        self._style = style
+        self._key_of = label_key(style)
+        self._quoted = style.escaping == ALLOW_UTF8
         self._scope_labels = scope_labels
         self._target_info = target_info
         self._max = max_label_sets
@@ -209,7 +266,7 @@ class TextWriter:
         self._names: dict[tuple[str, ...], tuple[str, ...]] = {}
         self._keysets: dict[frozenset[str], frozenset[str]] = {}
         self._scopes: dict[tuple[tuple[str, Any], ...], tuple[tuple[str, Any], ...]] = {}
-        self._metric_names: dict[tuple[str, str, str], tuple[str, str, str, str]] = {}
+        self._metric_names: dict[tuple[str, str, str], tuple[str, str, str, str, str]] = {}
         self._limited = LogLimiter(log, 300.0)
 
     def write(self, data: MetricsData | None) -> bytes:
@@ -223,10 +280,13 @@ class TextWriter:
                 attributes: dict[str, Any] = {}
                 for rm in data.resource_metrics:
                     attributes.update(rm.resource.attributes)
-                labels = _labels(attributes.items())
-                self._target = ("# HELP target_info Target metadata\n"
-                                "# TYPE target_info gauge\n"
-                                f"target_info{_braces(tuple(labels), labels.values())} 1.0\n")
+                labels = _labels(attributes.items(), self._key_of)
+                braces = _braces(tuple(labels), labels.values(), self._quoted)
+                self._target = (("# HELP target Target metadata\n# TYPE target info\n"
+                                 if self._style.openmetrics else
+                                 "# HELP target_info Target metadata\n"
+                                 "# TYPE target_info gauge\n")
+                                + f"target_info{braces} 1.0\n")
             out.append(self._target)
         for rm in data.resource_metrics:
             for sm in rm.scope_metrics:
@@ -256,23 +316,33 @@ class TextWriter:
             self._entries.clear()  # keyed by the ids of these
         return self._scopes.setdefault(key, key)
 
-    def _names_of(self, metric: Metric) -> tuple[str, str, str, str]:
-        """(sanitised name, name of its header and samples, type, mapped unit) for a metric."""
+    def _names_of(self, metric: Metric) -> tuple[str, str, str, str, str]:
+        """(family identity name, samples' name as written, type, mapped unit, header
+        lines' name as written) for a metric."""
         key = (metric.name, metric.unit or "", type(metric.data).__name__)
         found = self._metric_names.get(key)
         if found is not None:
             return found
-        name = raw = metric_name(metric.name)
-        unit = unit_suffix(metric.unit or "")
+        style = self._style
         counter = isinstance(metric.data, Sum) and not (
             not metric.data.is_monotonic
             and metric.data.aggregation_temporality == AggregationTemporality.CUMULATIVE)
-        if counter and name.endswith("_total"):
-            name = name[:-6]
-        if unit and not name.endswith("_" + unit):
-            name += "_" + unit
         kind = "counter" if counter else "gauge"
-        found = (raw, name + "_total" if counter else name, kind, unit)
+        if style.legacy:
+            name = raw = metric_name(metric.name)
+            unit = unit_suffix(metric.unit or "")
+            if counter and name.endswith("_total"):
+                name = name[:-6]
+            if unit and not name.endswith("_" + unit):
+                name += "_" + unit
+            sample = name + "_total" if counter else name
+            header = name if style.openmetrics else sample
+        else:  # the OpenTelemetry name itself, no unit or type suffix
+            raw = metric.name
+            unit = ""
+            header = escape_name(raw, style.escaping)
+            sample = header + "_total" if counter and style.openmetrics else header
+        found = (raw, written_name(sample), kind, unit, written_name(header))
         self._metric_names[key] = found
         return found
 
@@ -283,7 +353,7 @@ class TextWriter:
                               "metric %s: %s data is not written to /metrics", metric.name,
                               type(metric.data).__name__)
             return
-        raw, sample_name, kind, unit = self._names_of(metric)
+        raw, sample_name, kind, unit, header_name = self._names_of(metric)
         description = metric.description or ""
         points = metric.data.data_points
         entries = self._entries
@@ -298,7 +368,8 @@ class TextWriter:
             key = id(attributes) if scope_id is None else (id(attributes), scope_id)
             entry = entries.get(key)
             if entry is None or entry.attributes is not attributes:
-                names = frozenset(_labels(scope + tuple((attributes or {}).items())))
+                names = frozenset(_labels(scope + tuple((attributes or {}).items()),
+                                          self._key_of))
                 names = self._keysets.setdefault(names, names)  # a few shapes, shared
                 entry = entries[key] = _Entry(attributes, scope, names)
             found.append(entry)
@@ -307,22 +378,31 @@ class TextWriter:
         family_id = (raw, description, unit, kind)  # the exporter's family identity
         family = families.get(family_id)
         if family is None:
-            header = (f"# HELP {sample_name} {_escape_help(description)}\n"
-                      f"# TYPE {sample_name} {kind}\n")
-            family = families[family_id] = _Family(sample_name, header, labelnames)
+            om = self._style.openmetrics
+            header = (f"# HELP {header_name} {escape_help(description, om)}\n"
+                      f"# TYPE {header_name} {kind}\n")
+            if om and unit:
+                header += f"# UNIT {header_name} {unit}\n"
+            prefix = "{" + sample_name if self._quoted and sample_name[:1] == '"' else sample_name
+            family = families[family_id] = _Family(prefix, header, labelnames)
         prefix = family.name
         # a family another metric created keeps that metric's label names, paired in order
         # with this metric's values (the exporter's own behaviour)
         string_key: object = (id(labelnames) if family.labelnames is labelnames
                               else (id(family.labelnames), id(labelnames)))
         lines = family.lines
+        quoted = family.quoted
         for point, entry in zip(points, found, strict=True):
             braces = entry.get(string_key)
             if braces is None:
-                labels = entry.labels()
-                braces = _braces(family.labelnames, [labels.get(k, "") for k in labelnames])
+                labels = entry.labels(self._key_of)
+                braces = _braces(family.labelnames, [labels.get(k, "") for k in labelnames],
+                                 self._quoted)
                 entry.put(string_key, braces)
-            lines.append(f"{prefix}{braces} {format_value(point.value)}\n")
+            if quoted:
+                lines.append(sample_line(prefix, True, braces, format_value(point.value)))
+            else:
+                lines.append(f"{prefix}{braces} {format_value(point.value)}\n")
 
     def _intern(self, names: tuple[str, ...]) -> tuple[str, ...]:
         """The same tuple object for the same names, so that its id can key the strings."""
@@ -333,3 +413,4 @@ class TextWriter:
                 self._entries.clear()  # their strings are keyed by the ids of these
             found = self._names[names] = names
         return found
+
