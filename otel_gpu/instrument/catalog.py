@@ -60,6 +60,9 @@ from otel_gpu.sample.sources import (
     ECC_UNCORRECTED,
     ECC_UNCORRECTED_AGGREGATE,
     ENERGY,
+    FABRIC_FAILED,
+    FABRIC_HEALTH_FLAGS,
+    FABRIC_STATE_FLAGS,
     FAN,
     GPM_DRAM,
     GPM_FP16,
@@ -208,13 +211,16 @@ CATALOG: tuple[Metric, ...] = (
     Metric(
         "nvidia.gpu.info", Kind.GAUGE, "1",
         "1 for each GPU and MIG instance, with every device attribute: model, name, vendor, "
-        "driver version, serial number, PCI bus id and NUMA node beside hw.id. With "
+        "driver version, serial number, PCI bus id and NUMA node beside hw.id, and the "
+        "NVLink fabric's clique and cluster where the GPU is in one. With "
         "device_attributes identity, the other series carry only the device's identity and "
         "its pods: join it on hw.id for the rest.",
         per_device=observe.info,
+        attributes=observe.FABRIC_ATTRIBUTES,
         reported_when_failed=True,
         describes_device=True,
-        source_doc="collector (device discovery)",
+        source_doc="collector (device discovery); the NVLink fabric's clique id and "
+        "cluster UUID from nvmlDeviceGetGpuFabricInfoV once its registration completed",
     ),
     Metric(
         "nvidia.gpu.clock.frequency", Kind.GAUGE, "Hz",
@@ -325,6 +331,31 @@ CATALOG: tuple[Metric, ...] = (
         "NVLink errors over all links of the GPU: flow-control CRC (crc_flit), data CRC "
         "(crc_data), replays and link recoveries; absent without an active link.",
         points=tuple(Point(src, {"error.type": kind}) for kind, src in NVLINK_ERRORS),
+    ),
+    Metric(
+        "nvidia.gpu.fabric.state", Kind.UPDOWNCOUNTER, "1",
+        "NVLink fabric registration (GB200, GB300 and other NVLink-domain systems): one "
+        "series per nvidia.gpu.fabric.state, 1 for the current one. A GPU not completed "
+        "cannot join its NVLink domain. Absent on a GPU in no NVLink domain (the driver "
+        "refuses the call, or answers NOT_SUPPORTED).",
+        points=tuple(Point(src, {"nvidia.gpu.fabric.state": name})
+                     for name, src in FABRIC_STATE_FLAGS),
+    ),
+    Metric(
+        "nvidia.gpu.fabric.registration.failed", Kind.GAUGE, "1",
+        "1 when the fabric registration completed with an error (the GPU is not in its "
+        "NVLink domain), 0 when it completed without; absent before it completes.",
+        points=(Point(FABRIC_FAILED),),
+    ),
+    Metric(
+        "nvidia.gpu.fabric.health", Kind.GAUGE, "1",
+        "1 while a condition of the fabric health mask holds, else 0, per "
+        "nvidia.gpu.fabric.health.condition: degraded_bandwidth, route_recovery (in "
+        "progress), route_unhealthy, access_timeout_recovery (in progress), "
+        "incorrect_configuration, partition_unassigned, fabric_manager_disconnected. "
+        "Absent where the driver does not report the condition.",
+        points=tuple(Point(src, {"nvidia.gpu.fabric.health.condition": name})
+                     for name, src in FABRIC_HEALTH_FLAGS),
     ),
     Metric(
         "nvidia.gpu.clock.throttle", Kind.GAUGE, "1",

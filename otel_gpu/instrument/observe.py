@@ -24,6 +24,8 @@ from otel_gpu.instrument.attributes import (
     usage_labels,
 )
 from otel_gpu.instrument.schema import MILLI, Kind, Metric, Observation
+from otel_gpu.sample.readers import fabric_cluster_uuid
+from otel_gpu.sample.sources import FABRIC_CLIQUE_ID
 from otel_gpu.snapshot import STATES, DeviceSample, Snapshot
 
 
@@ -47,8 +49,23 @@ def unsupported(sample: DeviceSample) -> Iterable[Observation]:
     yield float(sample.not_available), {OMITTED_BECAUSE: "not_available"}
 
 
+FABRIC_CLIQUE = "nvidia.gpu.fabric.clique_id"
+FABRIC_CLUSTER = "nvidia.gpu.fabric.cluster_uuid"
+FABRIC_ATTRIBUTES = (FABRIC_CLIQUE, FABRIC_CLUSTER)
+"""What ``nvidia.gpu.info`` adds for a GPU in an NVLink domain, once its registration
+completed: they are known only then, so they are not the device's discovery attributes."""
+
+
 def info(sample: DeviceSample) -> Iterable[Observation]:
-    yield 1.0, {}
+    values = sample.values
+    attrs: dict[str, str] = {}
+    clique = values.get(FABRIC_CLIQUE_ID.key)
+    if clique is not None:
+        attrs[FABRIC_CLIQUE] = str(int(clique))
+    cluster = fabric_cluster_uuid(values)
+    if cluster is not None:
+        attrs[FABRIC_CLUSTER] = cluster
+    yield 1.0, attrs
 
 
 def sample_age(snapshot: Snapshot, now: float) -> Iterable[Observation]:

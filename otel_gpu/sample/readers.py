@@ -5,6 +5,7 @@ bounds and sentinels are the sources' business, not the readers'."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from ctypes import byref
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -206,3 +207,99 @@ ROW_REMAP_HISTOGRAM = Reader("row_remap_histogram", _row_remap_histogram,
 NVLINK_STATES = Reader("nvlink", _nvlink_states)
 """Read before the batched fields: the NVLink fields need the active links. Where the
 driver answers :data:`NVLINK_STATE` the same, the batch gives the states instead."""
+
+
+# --- NVLink fabric (GB200, GB300 and other NVLink-domain systems) ------------------------
+
+FABRIC_STATES = ("not_started", "in_progress", "completed")
+"""The fabric registration states NVML names (``NVML_GPU_FABRIC_STATE_*``, 1 to 3), in order.
+A GPU whose state is NOT_SUPPORTED (0) is in no NVLink domain: it has no fabric values."""
+FABRIC_HEALTH: tuple[tuple[str, str, frozenset[int]], ...] = (
+    ("degraded_bandwidth", "DEGRADED_BW", frozenset({1})),
+    ("route_recovery", "ROUTE_RECOVERY", frozenset({1})),
+    ("route_unhealthy", "ROUTE_UNHEALTHY", frozenset({1})),
+    ("access_timeout_recovery", "ACCESS_TIMEOUT_RECOVERY", frozenset({1})),
+    ("incorrect_configuration", "INCORRECT_CONFIGURATION", frozenset(range(2, 16))),
+    ("partition_unassigned", "PARTITION_ASSIGNED", frozenset({2})),
+    ("fabric_manager_disconnected", "GFM_STATE", frozenset({2})),
+)
+"""The health mask's conditions: (name, the ``NVML_GPU_FABRIC_HEALTH_MASK_*`` part, the
+part's values that mean the condition holds). Each part reads 0 where the driver does not
+report it; any other value not listed means the condition does not hold. Named so that 1 is
+always the bad case: a partition assigned and a connected fabric manager read 0."""
+FABRIC_CLUSTER_WORDS = 4
+"""The cluster UUID's 16 bytes as 32-bit words, big-endian (``fabric.cluster_uuid.0`` to
+``.3``): values are numbers, and a double holds 32 bits exactly."""
+
+
+def fabric_health(m: ModuleType, mask: int) -> dict[str, float]:
+    """``fabric.health.<name>`` 0 or 1 for each condition the mask reports."""
+    out: dict[str, float] = {}
+    for name, part, bad in FABRIC_HEALTH:
+        shift = getattr(m, f"NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_{part}")
+        width = getattr(m, f"NVML_GPU_FABRIC_HEALTH_MASK_WIDTH_{part}")
+        value = (mask >> shift) & width
+        if value:
+            out[f"fabric.health.{name}"] = 1.0 if value in bad else 0.0
+    return out
+
+
+def _fabric_info(m: ModuleType, handle: Any) -> Any:
+    """The newest fabric structure the driver fills: v3 (health summary), v2 (health
+    mask), or the first form without a version (R525 drivers)."""
+    for struct in ("c_nvmlGpuFabricInfo_v3_t", "c_nvmlGpuFabricInfo_v2_t"):
+        info = getattr(m, struct)()
+        try:
+            m.nvmlDeviceGetGpuFabricInfoV(handle, byref(info))
+        except m.NVMLError as exc:
+            if getattr(exc, "value", None) == m.NVML_ERROR_ARGUMENT_VERSION_MISMATCH:
+                continue  # a driver that knows only an older version of the structure
+            if _older_driver(m, exc):
+                break
+            raise
+        return info
+    info = m.c_nvmlGpuFabricInfo_t()
+    m.nvmlDeviceGetGpuFabricInfo(handle, byref(info))
+    return info
+
+
+def _fabric(m: ModuleType, handle: Any) -> dict[str, float]:
+    """The GPU's fabric registration and health; nothing for a GPU in no NVLink domain."""
+    info = _fabric_info(m, handle)
+    state = int(info.state)
+    if state == m.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED:
+        return {}
+    out: dict[str, float] = {"fabric.state": state}
+    if 1 <= state <= len(FABRIC_STATES):  # an unknown state: only the raw value, dropped
+        for number, name in enumerate(FABRIC_STATES, 1):
+            out[f"fabric.state.{name}"] = 1.0 if state == number else 0.0
+    if state == m.NVML_GPU_FABRIC_STATE_COMPLETED:  # "checked only once complete"
+        out["fabric.status"] = int(info.status)
+        out["fabric.failed"] = 0.0 if info.status == m.NVML_SUCCESS else 1.0
+        out["fabric.clique_id"] = int(info.cliqueId)
+        raw = bytes(info.clusterUuid)
+        if any(raw):
+            for word in range(FABRIC_CLUSTER_WORDS):
+                out[f"fabric.cluster_uuid.{word}"] = int.from_bytes(
+                    raw[4 * word:4 * word + 4], "big")
+    mask = getattr(info, "healthMask", None)
+    if mask is not None:
+        out["fabric.health_mask"] = int(mask)
+        out.update(fabric_health(m, int(mask)))
+    summary = getattr(info, "healthSummary", None)
+    if summary:  # 0: not supported
+        out["fabric.health_summary"] = int(summary)
+    return out
+
+
+GPU_FABRIC = Reader("fabric", _fabric)
+
+
+def fabric_cluster_uuid(values: Mapping[str, float]) -> str | None:
+    """The cluster UUID a sample's values hold (``fabric.cluster_uuid.0`` to ``.3``) in the
+    usual 8-4-4-4-12 form; None when the driver gave none or a word is missing."""
+    words = [values.get(f"fabric.cluster_uuid.{i}") for i in range(FABRIC_CLUSTER_WORDS)]
+    if any(w is None or not 0 <= w < 2**32 or w != int(w) for w in words):
+        return None
+    text = "".join(f"{int(w or 0):08x}" for w in words)
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"

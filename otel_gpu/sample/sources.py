@@ -42,7 +42,10 @@ from otel_gpu.sample.readers import (
     DEFAULT_POWER_LIMIT_INFO,
     ENCODER,
     ENFORCED_POWER_LIMIT_INFO,
+    FABRIC_HEALTH,
+    FABRIC_STATES,
     FAN_SPEED,
+    GPU_FABRIC,
     MEMORY,
     NVLINK_STATES,
     PCIE_GEN_INFO,
@@ -395,3 +398,39 @@ THROTTLE_REASONS: tuple[tuple[str, int], ...] = (
     ("display_clock_setting", pynvml.nvmlClocksEventReasonDisplayClockSetting),
 )
 """``nvidia.gpu.throttle.reason`` value -> bit of the clock event reasons mask."""
+
+
+# NVLink fabric registration and health (GB200, GB300 and other NVLink-domain systems): one
+# call, nvmlDeviceGetGpuFabricInfoV. A GPU whose driver refuses it, or answers state
+# NOT_SUPPORTED, has none of these; the values NVML says to read only once registration
+# completed (status, clique id, cluster UUID) are absent before.
+_FABRIC = "nvmlDeviceGetGpuFabricInfoV"
+FABRIC_STATE_FLAGS: tuple[tuple[str, Source], ...] = tuple(
+    (name, Source(f"fabric.state.{name}",
+                  f"{_FABRIC} .state == NVML_GPU_FABRIC_STATE_{name.upper()}", "1",
+                  reader=GPU_FABRIC, maximum=1))
+    for name in FABRIC_STATES
+)
+"""``nvidia.gpu.fabric.state`` value -> 1 while the GPU's registration is in that state."""
+FABRIC_FAILED = Source("fabric.failed",
+                       f"{_FABRIC} .status != NVML_SUCCESS once .state is COMPLETED", "1",
+                       reader=GPU_FABRIC, maximum=1)
+FABRIC_HEALTH_FLAGS: tuple[tuple[str, Source], ...] = tuple(
+    (name, Source(f"fabric.health.{name}",
+                  f"{_FABRIC} .healthMask NVML_GPU_FABRIC_HEALTH_MASK_{part} "
+                  f"(absent while NOT_SUPPORTED)", "1", reader=GPU_FABRIC, maximum=1))
+    for name, part, _ in FABRIC_HEALTH
+)
+"""``nvidia.gpu.fabric.health.condition`` value -> 1 while the health mask says it holds."""
+# The raw answer, for dcgm-exporter's fields and the events; no catalog row reads them, so
+# they carry no bound: each reader of them says what it does with a value NVML never gives.
+FABRIC_STATE = Source("fabric.state", f"{_FABRIC} .state (NVML_GPU_FABRIC_STATE_*)", "1",
+                      reader=GPU_FABRIC)
+FABRIC_STATUS = Source("fabric.status", f"{_FABRIC} .status (an NVML return code)", "1",
+                       reader=GPU_FABRIC)
+FABRIC_CLIQUE_ID = Source("fabric.clique_id", f"{_FABRIC} .cliqueId", "1", reader=GPU_FABRIC)
+FABRIC_HEALTH_MASK = Source("fabric.health_mask", f"{_FABRIC} .healthMask", "bitmask",
+                            reader=GPU_FABRIC, width=32)
+FABRIC_HEALTH_SUMMARY = Source("fabric.health_summary",
+                               f"{_FABRIC} .healthSummary (NVML_GPU_FABRIC_HEALTH_SUMMARY_*)",
+                               "1", reader=GPU_FABRIC)

@@ -37,6 +37,7 @@ from typing import Any
 from otel_gpu.sim.driver._core import DriverCore, Fail, Shape, c_symbol, deref
 from otel_gpu.sim.driver.ecc import EccSymbols
 from otel_gpu.sim.driver.events import EventSymbols
+from otel_gpu.sim.driver.fabric import FabricSymbols
 from otel_gpu.sim.driver.fields import FieldSymbols
 from otel_gpu.sim.driver.gpm import GpmSymbols
 from otel_gpu.sim.driver.identity import IdentitySymbols
@@ -64,6 +65,7 @@ class FakeNvml(
     PowerSymbols,
     PcieSymbols,
     NvLinkSymbols,
+    FabricSymbols,
     EccSymbols,
 ):
     """Stands in for ``pynvml.nvmlLib``: one attribute per implemented C symbol.

@@ -319,6 +319,51 @@ class NvLinks:
         return min(sum(link.counter(name, sample, k) for link in self.links), U64_MAX)
 
 
+FABRIC_STATES = {
+    "not_supported": pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED,
+    "not_started": pynvml.NVML_GPU_FABRIC_STATE_NOT_STARTED,
+    "in_progress": pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS,
+    "completed": pynvml.NVML_GPU_FABRIC_STATE_COMPLETED,
+}
+"""Scenario ``fabric.state`` names and the NVML fabric state each one answers."""
+FABRIC_HEALTH_SUMMARIES = {
+    "not_supported": pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED,
+    "healthy": pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY,
+    "unhealthy": pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY,
+    "limited_capacity": pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY,
+}
+"""Scenario ``fabric.health_summary`` names and the NVML summary each one answers."""
+FABRIC_HEALTHY_MASK = 0x51AA
+"""A health mask with every condition reported and none holding: bandwidth not degraded,
+no route recovery, routes healthy, no access timeout recovery, configuration correct, a
+partition assigned, the global fabric manager connected."""
+
+
+@spec
+class Fabric:
+    """A GPU's NVLink fabric registration, as ``nvmlDeviceGetGpuFabricInfoV`` answers it.
+
+    ``state`` holds until sample ``completed_after``, then the registration is complete.
+    ``status``, the clique and the cluster are what a completed registration answers.
+    ``version``: the newest structure version the driver fills (1: only the unversioned
+    call, without a health mask; 2: with it; 3: with the health summary too).
+    """
+
+    state: int = key(default=pynvml.NVML_GPU_FABRIC_STATE_COMPLETED)
+    completed_after: int | None = key("integer", default=None)
+    status: int = key(default=pynvml.NVML_SUCCESS)
+    clique_id: int = key("integer", default=0, maximum=U32_MAX)
+    cluster_uuid: bytes = key(default=bytes(16))
+    health_mask: Value = key("value", default=Value(start=FABRIC_HEALTHY_MASK))
+    health_summary: int = key(default=pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY)
+    version: int = key("integer", default=3, minimum=1, maximum=3)
+
+    def state_at(self, sample: int) -> int:
+        if self.completed_after is not None and sample > self.completed_after:
+            return pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
+        return self.state
+
+
 def _reading(**options: Any) -> Any:
     """A reading: a VALUE, absent -> None (its call answers NOT_SUPPORTED)."""
     return key("value", default=None, **options)
@@ -369,6 +414,8 @@ class GpuSpec:
     violations: Mapping[str, Value] = _readings(VIOLATION_POLICIES)
     row_remap_histogram: Mapping[str, Value] = _readings(ROW_REMAP_BUCKETS)
     nvlink: NvLinks | None = key("nvlink", default=None)
+    fabric: Fabric | None = key("fabric", default=None)
+    """Absent: the fabric call answers NOT_SUPPORTED (a GPU in no NVLink domain)."""
     codec_sampling_period: int = key("integer", default=167_000, maximum=U32_MAX)
     """Microseconds: what the encoder and decoder utilization calls answer beside the value."""
     shapes: tuple[ShapeSpec, ...] = key("shapes", default=())

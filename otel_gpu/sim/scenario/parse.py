@@ -27,6 +27,8 @@ from otel_gpu.sim.scenario._checks import Checks, field_id, show
 from otel_gpu.sim.scenario.model import (
     CGROUP_DRIVERS,
     CGROUP_VERSIONS,
+    FABRIC_HEALTH_SUMMARIES,
+    FABRIC_STATES,
     MAX_GPUS,
     MAX_MIG_DEVICES,
     MAX_SLOW_SECONDS,
@@ -36,6 +38,7 @@ from otel_gpu.sim.scenario.model import (
     RUNTIMES,
     U32_MAX,
     ContainerSpec,
+    Fabric,
     Gpm,
     GpuSpec,
     MigSpec,
@@ -228,6 +231,31 @@ class _Parser(Checks):
                 **self.read(NvLinkSpec, p, item),
             ))
         return NvLinks(links=tuple(links), **self.read(NvLinks, path, raw))
+
+    def fabric(self, path: str, raw: Any) -> Fabric:
+        self.keys(Fabric, path, raw)
+        named: dict[str, Any] = {}
+        if "state" in raw:
+            named["state"] = FABRIC_STATES[self.choice(f"{path}.state", raw["state"],
+                                                       tuple(FABRIC_STATES))]
+        if "health_summary" in raw:
+            named["health_summary"] = FABRIC_HEALTH_SUMMARIES[self.choice(
+                f"{path}.health_summary", raw["health_summary"], tuple(FABRIC_HEALTH_SUMMARIES))]
+        if "status" in raw:
+            status = raw["status"]
+            code = pynvml.NVML_SUCCESS if status == "SUCCESS" else getattr(
+                pynvml, f"NVML_ERROR_{status}", None) if isinstance(status, str) else None
+            if not isinstance(code, int):
+                self.fail(f"{path}.status", f"expected SUCCESS or an NVML_ERROR_ name without "
+                                            f"the prefix (e.g. TIMEOUT), got {show(status)}")
+            named["status"] = code
+        if "cluster_uuid" in raw:
+            text = self.string(f"{path}.cluster_uuid", raw["cluster_uuid"])
+            try:
+                named["cluster_uuid"] = uuidlib.UUID(text).bytes
+            except ValueError:
+                self.fail(f"{path}.cluster_uuid", f"expected a UUID, got {show(text)}")
+        return Fabric(**named, **self.read(Fabric, path, raw))
 
     # the tree
 

@@ -102,6 +102,8 @@ UNAVAILABLE: Mapping[str, str] = {
                  "HMMA_CYCLES_ACTIVE", "IMMA_CYCLES_ACTIVE", "DFMA_CYCLES_ACTIVE",
                  "DMMA_CYCLES_ACTIVE", "FP64_CYCLES_ACTIVE", "FP32_CYCLES_ACTIVE",
                  "FP16_CYCLES_ACTIVE", "INT_CYCLES_ACTIVE")},
+    "DCGM_FI_DEV_FABRIC_CLUSTER_UUID": "a text, not a number: the cluster UUID is the "
+    "nvidia.gpu.fabric.cluster_uuid attribute of nvidia.gpu.info",
     "DCGM_FI_DEV_NVLINK_BANDWIDTH_L0": "NVLink traffic is summed over the GPU's links "
     "(DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, nvidia.gpu.nvlink.io); one link alone is not kept",
     **{f"DCGM_FI_{n}": "not read by otel-gpu" for n in (

@@ -110,6 +110,40 @@ def _microseconds(src: c.Source) -> Callable[[DeviceSample], float | None]:
     return derive
 
 
+# DCGM's dcgmFabricManagerStatus_t, which it derives from NVML's fabric state and status.
+FM_NOT_STARTED, FM_IN_PROGRESS, FM_SUCCESS, FM_FAILURE, FM_UNRECOGNIZED = 1, 2, 3, 4, 5
+
+
+_COMPLETED = dict(c.FABRIC_STATE_FLAGS)["completed"]
+_HEALTH = dict(c.FABRIC_HEALTH_FLAGS)["degraded_bandwidth"]
+"""The catalog sources the fabric fields' docs name: the raw answer they serve is in no
+catalog row (its series are the state, failure and health flags derived from it)."""
+
+
+def _raw(src: c.Source) -> Callable[[DeviceSample], float | None]:
+    """The field is ``src``'s raw value, as NVML gave it."""
+    def derive(sample: DeviceSample) -> float | None:
+        raw = sample.values.get(src.key)
+        return None if raw is None else float(raw)
+
+    return derive
+
+
+def _fabric_manager_status(sample: DeviceSample) -> float | None:
+    """Not started and in progress as NVML says; completed is a success or a failure by
+    its status; a state NVML does not define is unrecognized. Absent where the GPU is in
+    no NVLink domain (DCGM's NotSupported, 0, is what otel-gpu leaves out)."""
+    state = sample.values.get(c.FABRIC_STATE.key)
+    if state is None:
+        return None
+    if state in (FM_NOT_STARTED, FM_IN_PROGRESS):
+        return float(state)
+    if state == 3:  # NVML_GPU_FABRIC_STATE_COMPLETED
+        failed = sample.values.get(c.FABRIC_FAILED.key)
+        return None if failed is None else float(FM_FAILURE if failed else FM_SUCCESS)
+    return float(FM_UNRECOGNIZED)
+
+
 FIELDS: Mapping[str, DcgmField] = {f.name: f for f in (
     _f("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (MHz).", c.CLOCK_SM,
        note="MHz", promql=_CLOCK % "sm"),
@@ -252,6 +286,39 @@ FIELDS: Mapping[str, DcgmField] = {f.name: f for f in (
          f"Memory banks with {name} spare rows left for remapping.", src, note="banks",
          promql=f'nvidia_gpu_memory_row_remap_banks{{nvidia_gpu_row_remap_availability="{name}"}}')
       for name, src in c.ROW_REMAP_BANKS),
+    # NVLink fabric (GB200, GB300 and other NVLink-domain systems), from
+    # nvmlDeviceGetGpuFabricInfoV; dcgm-exporter serves them only when a counters file lists
+    # them, and so does otel-gpu. Absent on a GPU in no NVLink domain.
+    DcgmField("DCGM_FI_DEV_FABRIC_MANAGER_STATUS", "gauge",
+              "Fabric registration of the GPU: 1 not started, 2 in progress, 3 success, "
+              "4 failure, 5 unrecognized.", (_COMPLETED, c.FABRIC_FAILED),
+              derive=_fabric_manager_status,
+              unit_note="dcgmFabricManagerStatus_t (NVML state, completed split by status)",
+              rewrite_note="none: `nvidia_gpu_fabric_state` has one 0/1 series per state, "
+                           "and `nvidia_gpu_fabric_registration_failed` says whether a "
+                           "completed registration failed"),
+    DcgmField("DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE", "gauge",
+              "NVML return code of the completed fabric registration (0: success).",
+              (c.FABRIC_FAILED,), derive=_raw(c.FABRIC_STATUS),
+              unit_note="NVML return code, once the registration completed",
+              rewrite_note="none: `nvidia_gpu_fabric_registration_failed` says whether it "
+                           "failed; the nvidia.gpu.fabric.registration event names the code"),
+    DcgmField("DCGM_FI_DEV_FABRIC_CLIQUE_ID", "gauge",
+              "Fabric clique the GPU belongs to, once its registration completed.",
+              (_COMPLETED,), derive=_raw(c.FABRIC_CLIQUE_ID), unit_note="clique id",
+              rewrite_note="none: the `nvidia_gpu_fabric_clique_id` label of "
+                           "`nvidia_gpu_info`"),
+    DcgmField("DCGM_FI_DEV_FABRIC_HEALTH_MASK", "gauge", "Fabric health mask of the GPU.",
+              (_HEALTH,), derive=_raw(c.FABRIC_HEALTH_MASK),
+              unit_note="NVML health mask (NVML_GPU_FABRIC_HEALTH_MASK_*)",
+              rewrite_note="none: `nvidia_gpu_fabric_health` has one 0/1 series per "
+                           "condition"),
+    DcgmField("DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY", "gauge",
+              "Fabric health summary: 1 healthy, 2 unhealthy, 3 limited capacity.",
+              (_HEALTH,), derive=_raw(c.FABRIC_HEALTH_SUMMARY),
+              unit_note="NVML_GPU_FABRIC_HEALTH_SUMMARY_* (drivers filling the v3 structure)",
+              rewrite_note="none: `nvidia_gpu_fabric_health` has one 0/1 series per "
+                           "condition"),
     # Profiling, from NVML GPM (Hopper and newer), on GPUs and MIG GPU instances.
     _f("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active.",
        c.GPM_GRAPHICS, factor=0.01, note=_RATIO, promql="nvidia_gpu_graphics_activity"),
