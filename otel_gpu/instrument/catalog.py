@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from otel_gpu.instrument import observe
+from otel_gpu.instrument import build, observe
 from otel_gpu.instrument.attributes import (
     ENERGY_RULE,
     HW_ID,
@@ -694,6 +694,14 @@ CATALOG: tuple[Metric, ...] = (
         per_node=observe.devices,
         attributes=(HW_STATE,),
         source_doc="collector",
+    ),
+    Metric(
+        "otel_gpu.build.info", Kind.GAUGE, "1",
+        "1, with the versions of the collector, Python, the NVML binding (nvidia-ml-py) "
+        "and the OpenTelemetry SDK as attributes.",
+        per_node=build.build_info,
+        attributes=build.BUILD_ATTRIBUTES,
+        source_doc="collector (package metadata)",
     ),
 )
 
