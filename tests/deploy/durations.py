@@ -2,12 +2,12 @@
 values.schema.json (a JSON Schema has no arithmetic on strings).
 
 otel-gpu reads a duration as a decimal number and an optional unit (``ms``, ``s``,
-``m``, ``h``; none is seconds), spaces allowed around both (otel_gpu/config.py,
+``m``, ``h``; none is seconds), spaces allowed around both (otel_gpu/config/values.py,
 ``parse_duration``). For each unit, :func:`at_least` and :func:`at_most` build one
 pattern each: a string in that unit within the range matches both. They compare
 exactly, digit by digit, also where a bound is no finite decimal in a unit (100ms
 is 1/600 of a minute). ``python -m tests.deploy.durations`` rewrites the schema's
-duration definitions after a range changed in otel_gpu/config.py.
+duration definitions after a range changed in otel_gpu/config/settings.py.
 """
 
 from __future__ import annotations

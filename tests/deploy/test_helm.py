@@ -38,6 +38,9 @@ CASES = {
     "mtls-health-listener": {
         "webConfig": {
             "enabled": True,
+            "tlsSecret": "otel-gpu-tls",
+            "scrape": {"caSecret": {"name": "otel-gpu-tls"},
+                       "clientCertSecret": {"name": "prometheus-client"}},
             "config": {"tls_server_config": {
                 "cert_file": "/etc/otel-gpu/web/tls.crt", "key_file": "/etc/otel-gpu/web/tls.key",
                 "client_auth_type": "RequireAndVerifyClientCert",
@@ -47,7 +50,8 @@ CASES = {
         "healthListen": {"port": 9401},
     },
     "tls-existing-secret": {
-        "webConfig": {"enabled": True, "existingSecret": "my-web", "probeScheme": "HTTPS"},
+        "webConfig": {"enabled": True, "existingSecret": "my-web", "probeScheme": "HTTPS",
+                      "scrape": {"caSecret": {"name": "my-web"}}},
     },
     "operator-objects": {
         "serviceMonitor": {"enabled": True},

@@ -2,7 +2,7 @@
 by name, before any pod exits 2 on it.
 
 Every value of values.yaml is in the schema; the otel-gpu settings (`config.*`, and
-the values the chart turns into settings) are typed and bounded as otel_gpu/config.py
+the values the chart turns into settings) are typed and bounded as otel_gpu/config/
 reads them. That is checked by asking both: for each setting and a list of values,
 a value the schema accepts must be one otel-gpu accepts, and a value otel-gpu
 accepts must pass the schema unless it is a lenient spelling the schema refuses on
@@ -267,7 +267,7 @@ def test_config_lists_every_otel_gpu_setting():
 
 
 def test_the_duration_patterns_are_otel_gpus_ranges():
-    """The ranges of otel_gpu/config.py, written as patterns (tests/deploy/durations.py)."""
+    """The ranges of otel_gpu/config/settings.py as patterns (tests/deploy/durations.py)."""
     assert {k: v for k, v in SCHEMA["definitions"].items() if k.startswith("duration_")} == (
         durations.definitions()), "python -m tests.deploy.durations rewrites them"
     refs = {key: node.get("$ref") for key, node in SCHEMA["properties"]["config"]["properties"]

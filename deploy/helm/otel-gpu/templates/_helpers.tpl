@@ -108,3 +108,80 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 {{- if $affinity }}{{ toYaml $affinity }}{{ end }}
 {{- end }}
+
+{{/* How scrapers reach /metrics through the web config: "https" or "http". */}}
+{{- define "otel-gpu.scrapeScheme" -}}
+{{- $w := .Values.webConfig }}
+{{- $s := $w.scrape }}
+{{- if not $w.enabled }}http
+{{- else if $s.scheme }}{{ $s.scheme }}
+{{- else if or ($w.config | default dict).tls_server_config $s.caSecret.name $s.clientCertSecret.name $s.insecureSkipVerify (eq $w.probeScheme "HTTPS") }}https
+{{- else }}http
+{{- end }}
+{{- end }}
+
+{{/* The name Prometheus checks the server's certificate against. */}}
+{{- define "otel-gpu.scrapeServerName" -}}
+{{- .Values.webConfig.scrape.serverName | default (printf "%s.%s.svc" (include "otel-gpu.fullname" .) .Release.Namespace) }}
+{{- end }}
+
+{{/* Whether the inline web config asks scrapers for a client certificate. */}}
+{{- define "otel-gpu.webConfigRequiresClientCert" -}}
+{{- $tls := (.Values.webConfig.config | default dict).tls_server_config | default dict }}
+{{- if has ($tls.client_auth_type | default "") (list "RequireAnyClientCert" "RequireAndVerifyClientCert") }}true{{ end }}
+{{- end }}
+
+{{/* The scrape endpoint's scheme, tlsConfig and basicAuth (ServiceMonitor and PodMonitor
+     alike), from webConfig.scrape; refuses, in one line, a monitor that could not scrape.
+     Called with (dict "root" $ "endpoint" the monitor's own endpoint value). */}}
+{{- define "otel-gpu.scrapeEndpoint" -}}
+{{- $root := .root }}
+{{- $w := $root.Values.webConfig }}
+{{- $s := $w.scrape }}
+{{- $user := .endpoint | default dict }}
+{{- $e := dict "scheme" (include "otel-gpu.scrapeScheme" $root) }}
+{{- if and $w.enabled (eq $e.scheme "https") (not (hasKey $user "tlsConfig")) }}
+{{- if not (or $s.caSecret.name $s.insecureSkipVerify) }}
+{{- fail "webConfig: Prometheus cannot verify otel-gpu's certificate: set webConfig.scrape.caSecret.name (a Secret holding the CA that signed it) or webConfig.scrape.insecureSkipVerify=true" }}
+{{- end }}
+{{- if and (include "otel-gpu.webConfigRequiresClientCert" $root) (not $s.clientCertSecret.name) }}
+{{- fail "webConfig: the web config requires a client certificate: set webConfig.scrape.clientCertSecret.name (a Secret holding Prometheus's tls.crt and tls.key)" }}
+{{- end }}
+{{- $tls := dict }}
+{{- if $s.insecureSkipVerify }}
+{{- $_ := set $tls "insecureSkipVerify" true }}
+{{- else }}
+{{- $_ := set $tls "ca" (dict "secret" (dict "name" $s.caSecret.name "key" $s.caSecret.key)) }}
+{{- $_ := set $tls "serverName" (include "otel-gpu.scrapeServerName" $root) }}
+{{- end }}
+{{- with $s.clientCertSecret.name }}
+{{- $_ := set $tls "cert" (dict "secret" (dict "name" . "key" $s.clientCertSecret.certKey)) }}
+{{- $_ := set $tls "keySecret" (dict "name" . "key" $s.clientCertSecret.keyKey) }}
+{{- end }}
+{{- $_ := set $e "tlsConfig" $tls }}
+{{- end }}
+{{- if and $w.enabled (not (hasKey $user "basicAuth")) }}
+{{- if $s.basicAuthSecret.name }}
+{{- $b := $s.basicAuthSecret }}
+{{- $_ := set $e "basicAuth" (dict "username" (dict "name" $b.name "key" $b.usernameKey) "password" (dict "name" $b.name "key" $b.passwordKey)) }}
+{{- else if ($w.config | default dict).basic_auth_users }}
+{{- fail "webConfig: the web config asks for a password: set webConfig.scrape.basicAuthSecret.name (a Secret holding Prometheus's username and password)" }}
+{{- end }}
+{{- end }}
+{{- toYaml $e }}
+{{- end }}
+
+{{/* Refuses, in one line, an inline web config naming files the pod would not have. */}}
+{{- define "otel-gpu.checkWebConfigFiles" -}}
+{{- $w := .Values.webConfig }}
+{{- $tls := ($w.config | default dict).tls_server_config | default dict }}
+{{- range $key := list "cert_file" "key_file" "client_ca_file" }}
+{{- $path := get $tls $key | toString }}
+{{- if and (hasKey $tls $key) (not $w.tlsSecret) (not $w.existingSecret) }}
+{{- fail (printf "webConfig.config.tls_server_config.%s: %s is not in the pod, which gets only web-config.yml: set webConfig.tlsSecret (a Secret holding it, mounted beside web-config.yml in /etc/otel-gpu/web/)" $key $path) }}
+{{- end }}
+{{- if and (not $w.existingSecret) (hasPrefix "/" $path) (not (hasPrefix "/etc/otel-gpu/web/" $path)) }}
+{{- fail (printf "webConfig.config.tls_server_config.%s: %s is not in the pod: name it relative to web-config.yml (tls.crt) or under /etc/otel-gpu/web/, where webConfig.tlsSecret is mounted" $key $path) }}
+{{- end }}
+{{- end }}
+{{- end }}
