@@ -129,7 +129,7 @@ from otel_gpu.sample.sources import (
 )
 from otel_gpu.workload import POD_ATTRIBUTES
 
-_TO_CONTAINER = "per container (/proc/PID/cgroup, kubelet /var/log/pods)"
+_TO_CONTAINER = "per container (/proc/PID/cgroup; kubelet /var/log/pods, or the runtime's API)"
 _SHARE_SOURCE = ("nvmlDeviceGetProcessesUtilizationInfo (else nvmlDeviceGetProcessUtilization) "
                  ".{field} (percent / 100), averaged per process since the previous sample, "
                  "summed " + _TO_CONTAINER)
@@ -552,35 +552,35 @@ CATALOG: tuple[Metric, ...] = (
         attributes=(HW_ID, *POD_ATTRIBUTES),
         source_doc="kubelet cpu_ids and topology; sysfs node*/cpulist",
     ),
-    observe.usage_metric(
-        "nvidia.gpu.k8s.memory.usage", Kind.UPDOWNCOUNTER, "By",
+    *observe.usage_metrics(
+        "memory.usage", Kind.UPDOWNCOUNTER, "By",
         "GPU memory held by a container's processes on a device (0 for a container holding "
         "the device with none running).", "used_memory",
         "nvmlDeviceGetComputeRunningProcesses .usedGpuMemory, summed " + _TO_CONTAINER,
     ),
-    observe.usage_metric(
-        "nvidia.gpu.k8s.sm.utilization", Kind.GAUGE, "1",
+    *observe.usage_metrics(
+        "sm.utilization", Kind.GAUGE, "1",
         "Share of the device's SM time a container's processes used since the previous "
         "sample (absent on MIG instances: NVML has no per-process utilization there).",
         "sm", _SHARE_SOURCE.format(field="smUtil"),
     ),
-    observe.usage_metric(
-        "nvidia.gpu.k8s.memory_controller.utilization", Kind.GAUGE, "1",
+    *observe.usage_metrics(
+        "memory_controller.utilization", Kind.GAUGE, "1",
         "Share of the device's memory-controller time a container's processes used since "
         "the previous sample.", "memory", _SHARE_SOURCE.format(field="memUtil"),
     ),
-    observe.usage_metric(
-        "nvidia.gpu.k8s.encoder.utilization", Kind.GAUGE, "1",
+    *observe.usage_metrics(
+        "encoder.utilization", Kind.GAUGE, "1",
         "Share of the device's video encoder time a container's processes used since the "
         "previous sample.", "encoder", _SHARE_SOURCE.format(field="encUtil"),
     ),
-    observe.usage_metric(
-        "nvidia.gpu.k8s.decoder.utilization", Kind.GAUGE, "1",
+    *observe.usage_metrics(
+        "decoder.utilization", Kind.GAUGE, "1",
         "Share of the device's video decoder time a container's processes used since the "
         "previous sample.", "decoder", _SHARE_SOURCE.format(field="decUtil"),
     ),
-    observe.usage_metric(
-        "nvidia.gpu.k8s.processes", Kind.UPDOWNCOUNTER, "{process}",
+    *observe.usage_metrics(
+        "processes", Kind.UPDOWNCOUNTER, "{process}",
         "Compute processes of a container on a device.", "processes",
         "nvmlDeviceGetComputeRunningProcesses, counted " + _TO_CONTAINER,
     ),

@@ -20,13 +20,13 @@ from otel_gpu.instrument.attributes import (
     READER,
     REPLICA,
     UNATTRIBUTED,
-    USAGE_ATTRIBUTES,
     usage_labels,
 )
 from otel_gpu.instrument.schema import MILLI, Kind, Metric, Observation
 from otel_gpu.sample.readers import fabric_cluster_uuid
 from otel_gpu.sample.sources import FABRIC_CLIQUE_ID
-from otel_gpu.snapshot import STATES, DeviceSample, Snapshot
+from otel_gpu.snapshot import STATES, DeviceSample, PodUsage, Snapshot
+from otel_gpu.workload import CONTAINER_ATTRIBUTES, POD_ATTRIBUTES
 
 
 def status(sample: DeviceSample) -> Iterable[Observation]:
@@ -156,9 +156,29 @@ def unresolved_ids(snapshot: Snapshot, now: float) -> Iterable[Observation]:
         yield float(len(snapshot.pods.attribution.unresolved)), {}
 
 
-def usage(field: str) -> Callable[[Snapshot, float], Iterable[Observation]]:
+POD_USAGE = "nvidia.gpu.k8s."
+"""The pods' usage names: kept as dashboards know them."""
+CONTAINER_USAGE = "nvidia.gpu.container."
+"""The usage names of containers outside Kubernetes (docs/containers.md)."""
+
+
+def pod_usage(snapshot: Snapshot) -> tuple[PodUsage, ...]:
+    """The usage rows of the kubelet's pods (and their node's unattributed processes)."""
+    return snapshot.pods.usage if snapshot.pods is not None else ()
+
+
+def container_usage(snapshot: Snapshot) -> tuple[PodUsage, ...]:
+    """The rows of containers outside Kubernetes, where no pod's row stands, as
+    :meth:`Snapshot.usage` chooses: a node's rows go under one set of names, never both."""
+    if pod_usage(snapshot) or snapshot.containers is None:
+        return ()
+    return snapshot.containers.usage
+
+
+def usage(field: str, rows: Callable[[Snapshot], Iterable[PodUsage]] = pod_usage,
+          ) -> Callable[[Snapshot, float], Iterable[Observation]]:
     def observe(snapshot: Snapshot, now: float) -> Iterable[Observation]:
-        for row in snapshot.usage():
+        for row in rows(snapshot):
             value = getattr(row, field)
             if value is not None:
                 yield float(value), usage_labels(row)
@@ -166,14 +186,28 @@ def usage(field: str) -> Callable[[Snapshot, float], Iterable[Observation]]:
     return observe
 
 
-def usage_metric(name: str, kind: Kind, unit: str, description: str, field: str,
-                  source: str) -> Metric:
-    return Metric(
-        name, kind, unit, description + " Process usage only; the processes of no pod are "
-        f"summed under {PROCESS_OWNER}={UNATTRIBUTED}.",
-        per_node=usage(field),
-        attributes=USAGE_ATTRIBUTES,
-        source_doc=source,
+def usage_metrics(name: str, kind: Kind, unit: str, description: str, field: str,
+                  source: str) -> tuple[Metric, Metric]:
+    """One usage reading under the pods' name (``nvidia.gpu.k8s.<name>``) and under the
+    name of containers outside Kubernetes (``nvidia.gpu.container.<name>``): each family
+    carries its own workload's attributes only."""
+    unattributed = f"{PROCESS_OWNER}={UNATTRIBUTED}"
+    return (
+        Metric(
+            POD_USAGE + name, kind, unit, f"{description} Per pod container (process usage "
+            f"with pod attribution); the processes of no pod are summed under {unattributed}.",
+            per_node=usage(field, pod_usage),
+            attributes=(HW_ID, *POD_ATTRIBUTES, PROCESS_OWNER),
+            source_doc=source,
+        ),
+        Metric(
+            CONTAINER_USAGE + name, kind, unit, f"{description} Per container outside "
+            "Kubernetes (process usage, on a node where no kubelet names pods); the processes "
+            f"in no container are summed under {unattributed}.",
+            per_node=usage(field, container_usage),
+            attributes=(HW_ID, *CONTAINER_ATTRIBUTES, PROCESS_OWNER),
+            source_doc=source,
+        ),
     )
 
 

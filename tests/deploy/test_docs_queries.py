@@ -96,7 +96,7 @@ def test_memory_per_container_sums_each_containers_processes(docker_stack):
     from tests.deploy.docker_stack import MEMORY
 
     (expr,) = [e for w, e in QUERIES
-               if stack_for(w) == "docker_stack" and "nvidia_gpu_k8s_memory_usage_bytes" in e]
+               if stack_for(w) == "docker_stack" and "nvidia_gpu_container_memory_usage_bytes" in e]
     # every container is named once the runtime's first answer is in
     result = docker_stack.prometheus.wait_for_query(
         expr, lambda r: {labels.get("container_name") for labels, _ in r} == set(MEMORY),

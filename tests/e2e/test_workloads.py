@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from tests.support.exposition import series
+from tests.support.exposition import parse_samples, series
 from tests.support.kubelet import container, devices, pod
 from tests.support.otlp_receiver import resource_groups
 from tests.support.process import start_on_node, wait_until
@@ -89,6 +89,16 @@ node:
 """
 
 
+POD_USAGE_FAMILIES = tuple(f"nvidia_gpu_k8s_{name}" for name in (
+    "memory_usage", "sm_utilization", "memory_controller_utilization", "encoder_utilization",
+    "decoder_utilization", "processes"))
+"""The pods' per-container usage families (the containers' are nvidia_gpu_container_*)."""
+
+
+def _families(text: str) -> set[str]:
+    return {name for name, _, _ in parse_samples(text)}
+
+
 def _start(collector, tmp_path, kubelet, scenario: str, env: dict | None = None):
     return start_on_node(collector, tmp_path, kubelet, scenario, env=env)
 
@@ -132,6 +142,7 @@ def test_three_pods_time_slicing_a_gpu_each_see_their_own_use(collector, kubelet
 
     text = wait_until(usage_with_every_pod, 20, "usage series for the three sharers")
     memory = _usage(text, "nvidia_gpu_k8s_memory_usage_bytes", SHARED)
+    assert not [f for f in _families(text) if f.startswith("nvidia_gpu_container_")]  # pods'
     sm = _usage(text, "nvidia_gpu_k8s_sm_utilization", SHARED)
     controller = _usage(text, "nvidia_gpu_k8s_memory_controller_utilization", SHARED)
     count = _usage(text, "nvidia_gpu_k8s_processes", SHARED)
@@ -338,18 +349,26 @@ def test_a_container_outside_kubernetes_names_its_gpu_and_its_usage(collector, r
     assert _container_key(labels) == (None, None, None)
     # ... and its usage rows are per container, the host's process unattributed
     memory = {_container_key(lab): v
-              for lab, v in series(text, "nvidia_gpu_k8s_memory_usage_bytes", hw_id=SHARED)}
+              for lab, v in series(text, "nvidia_gpu_container_memory_usage_bytes", hw_id=SHARED)}
     assert memory == {(LLM, "llm", "ollama/ollama"): 3 * GIB,
                       (UNLISTED, None, None): 2 * GIB,  # the runtime does not list it: id only
                       (None, None, None): 1 * GIB}
     assert sum(memory.values()) == _device(text, "hw_gpu_memory_usage_bytes", SHARED)
     sm = {_container_key(lab): v
-          for lab, v in series(text, "nvidia_gpu_k8s_sm_utilization", hw_id=SHARED)}
+          for lab, v in series(text, "nvidia_gpu_container_sm_utilization", hw_id=SHARED)}
     assert sm[(LLM, "llm", "ollama/ollama")] == pytest.approx(0.30)
     whole = {_container_key(lab): v
-             for lab, v in series(text, "nvidia_gpu_k8s_processes", hw_id=WHOLE)}
+             for lab, v in series(text, "nvidia_gpu_container_processes", hw_id=WHOLE)}
     assert whole == {(TRAINER, "trainer", "pytorch/pytorch"): 1}
     assert runtime.calls >= 1
+    # the usage names are the containers', not the pods': no pod is involved, and no label
+    # of a pod, empty or not, is on them
+    usage = [name for name in _families(text) if name.startswith("nvidia_gpu_container_")]
+    assert len(usage) == 6, usage
+    assert not [name for name in _families(text) if name.startswith(POD_USAGE_FAMILIES)]
+    for name in usage:
+        for lab, _ in series(text, name):
+            assert not [k for k in lab if k.startswith("k8s_")], (name, lab)
 
 
 def test_each_container_outside_kubernetes_travels_under_its_own_resource(
@@ -373,6 +392,6 @@ def test_each_container_outside_kubernetes_travels_under_its_own_resource(
                                              "container.image.name")} == {
         "container.id": TRAINER, "container.name": "trainer",
         "container.image.name": "pytorch/pytorch"}
-    (llm,) = [r for r in rows if r.metric == "nvidia.gpu.k8s.memory.usage"
+    (llm,) = [r for r in rows if r.metric == "nvidia.gpu.container.memory.usage"
               and r.resource.get("container.name") == "llm"]
     assert llm.attributes["hw.id"] == SHARED and llm.value == 3 * GIB
