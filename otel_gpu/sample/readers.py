@@ -227,9 +227,10 @@ FABRIC_HEALTH: tuple[tuple[str, str, frozenset[int]], ...] = (
 part's values that mean the condition holds). Each part reads 0 where the driver does not
 report it; any other value not listed means the condition does not hold. Named so that 1 is
 always the bad case: a partition assigned and a connected fabric manager read 0."""
-FABRIC_CLUSTER_WORDS = 4
-"""The cluster UUID's 16 bytes as 32-bit words, big-endian (``fabric.cluster_uuid.0`` to
-``.3``): values are numbers, and a double holds 32 bits exactly."""
+FABRIC_CLUSTER_KEYS = tuple(f"fabric.cluster_uuid.{word}" for word in range(4))
+"""The cluster UUID's 16 bytes as four 32-bit words, big-endian: values are numbers, and a
+double holds 32 bits exactly."""
+_ALL_ONES_32 = 0xFFFFFFFF
 
 
 def fabric_health(m: ModuleType, mask: int) -> dict[str, float]:
@@ -267,7 +268,7 @@ def _fabric(m: ModuleType, handle: Any) -> dict[str, float]:
     """The GPU's fabric registration and health; nothing for a GPU in no NVLink domain."""
     info = _fabric_info(m, handle)
     state = int(info.state)
-    if state == m.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED:
+    if state in (m.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED, _ALL_ONES_32):  # none, or no answer
         return {}
     out: dict[str, float] = {"fabric.state": state}
     if 1 <= state <= len(FABRIC_STATES):  # an unknown state: only the raw value, dropped
@@ -278,16 +279,17 @@ def _fabric(m: ModuleType, handle: Any) -> dict[str, float]:
         out["fabric.failed"] = 0.0 if info.status == m.NVML_SUCCESS else 1.0
         out["fabric.clique_id"] = int(info.cliqueId)
         raw = bytes(info.clusterUuid)
-        if any(raw):
-            for word in range(FABRIC_CLUSTER_WORDS):
-                out[f"fabric.cluster_uuid.{word}"] = int.from_bytes(
-                    raw[4 * word:4 * word + 4], "big")
+        if any(raw) and any(b != 0xFF for b in raw):  # all zeros or all ones: no cluster
+            for word, key in enumerate(FABRIC_CLUSTER_KEYS):
+                out[key] = int.from_bytes(raw[4 * word:4 * word + 4], "big")
     mask = getattr(info, "healthMask", None)
-    if mask is not None:
+    if mask is not None and mask != _ALL_ONES_32:  # all ones: NVML's "not available"
         out["fabric.health_mask"] = int(mask)
         out.update(fabric_health(m, int(mask)))
     summary = getattr(info, "healthSummary", None)
-    if summary:  # 0: not supported
+    if summary in (m.NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY,
+                   m.NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY,
+                   m.NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY):  # else none given
         out["fabric.health_summary"] = int(summary)
     return out
 
@@ -298,7 +300,7 @@ GPU_FABRIC = Reader("fabric", _fabric)
 def fabric_cluster_uuid(values: Mapping[str, float]) -> str | None:
     """The cluster UUID a sample's values hold (``fabric.cluster_uuid.0`` to ``.3``) in the
     usual 8-4-4-4-12 form; None when the driver gave none or a word is missing."""
-    words = [values.get(f"fabric.cluster_uuid.{i}") for i in range(FABRIC_CLUSTER_WORDS)]
+    words = [values.get(key) for key in FABRIC_CLUSTER_KEYS]
     if any(w is None or not 0 <= w < 2**32 or w != int(w) for w in words):
         return None
     text = "".join(f"{int(w or 0):08x}" for w in words)

@@ -20,9 +20,23 @@ import pytest
 
 from otel_gpu import sim
 from otel_gpu.sample.library import Nvml
-from otel_gpu.sample.readers import COMPUTE_PROCESSES, LINK_COUNT, NVLINK_STATES, Reader
+from otel_gpu.sample.readers import (
+    COMPUTE_PROCESSES,
+    FABRIC_CLUSTER_KEYS,
+    LINK_COUNT,
+    NVLINK_STATES,
+    Reader,
+)
 from otel_gpu.sample.sampler import Sampler
-from otel_gpu.sample.sources import NVLINK_ACTIVE, Source
+from otel_gpu.sample.sources import (
+    FABRIC_CLIQUE_ID,
+    FABRIC_HEALTH_MASK,
+    FABRIC_HEALTH_SUMMARY,
+    FABRIC_STATE,
+    FABRIC_STATUS,
+    NVLINK_ACTIVE,
+    Source,
+)
 from otel_gpu.sim.driver.shapes import Shape, Signature, error_names
 from otel_gpu.snapshot import Snapshot
 from tests.support.nvml import SOURCES
@@ -72,6 +86,7 @@ devices:
            crc_flit: {start: 1, step: 1}, replay: {start: 1, step: 1}}
         - {tx: {start: 3000000, step: 1000}, rx: {start: 4000000, step: 1000},
            crc_data: {start: 1, step: 1}, recovery: {start: 1, step: 1}}
+    fabric: {clique_id: 3, cluster_uuid: 4c1d6a52-9b3e-4f0a-8c21-7e5d3b2a1f60}
     processes:
       - {pid: 4242, used_memory: {start: 1000000000, step: 1000}, sm: {start: 10, step: 1},
          memory_util: 5}
@@ -134,6 +149,12 @@ devices:
 """
 """Three GPUs that between them make every call the collector makes; every value moves
 every sample (or cycles), so a value equal to the unshaped run's is this sample's."""
+
+FABRIC_RAW = frozenset({s.key for s in (FABRIC_STATE, FABRIC_STATUS, FABRIC_CLIQUE_ID,
+                                         FABRIC_HEALTH_MASK, FABRIC_HEALTH_SUMMARY)}
+                       | set(FABRIC_CLUSTER_KEYS))
+"""The fabric call's values no catalog row reads (the state, health and failure flags
+derived from them are catalog sources)."""
 
 SAMPLES = 3
 """Samples per case: the shape starts in the first sample that makes its call each sample
@@ -237,6 +258,9 @@ def _keys_by_symbol(lib: sim.FakeNvml) -> dict[str, frozenset[str]]:
                  or s.reader is NVLINK_STATES))  # the batch answers the link states where it can
     out.setdefault("nvmlDeviceGetNvLinkState", set()).update(
         states, (s.key for s in SOURCES if s.nvlink is not None))
+    # the fabric call's raw answer, which no catalog row reads but dcgm-exporter's fields,
+    # nvidia.gpu.info and the events do
+    out.setdefault("nvmlDeviceGetGpuFabricInfoV", set()).update(FABRIC_RAW)
     gpm = {s.key for s in SOURCES if s.gpm}
     for symbol in lib.c_symbols():
         if symbol.startswith("nvmlGpm"):

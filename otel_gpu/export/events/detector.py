@@ -38,6 +38,11 @@ from otel_gpu.sample.sources import (
     CLOCK_REASONS,
     ECC_UNCORRECTED,
     ECC_UNCORRECTED_AGGREGATE,
+    FABRIC_CLIQUE_ID,
+    FABRIC_FAILED,
+    FABRIC_HEALTH_FLAGS,
+    FABRIC_STATE,
+    FABRIC_STATUS,
     NVLINK_ACTIVE,
     PCIE_GEN,
     PCIE_GEN_MAX,
@@ -91,6 +96,10 @@ HOLDERS = "nvidia.gpu.k8s.holders"
 NVLINK_LINK = "nvidia.gpu.nvlink.link"
 THROTTLE_KIND = "nvidia.gpu.throttle.kind"
 ECC_ERRORS = "nvidia.gpu.ecc.uncorrected.errors"
+FABRIC_STATE_ATTR = "nvidia.gpu.fabric.state"
+FABRIC_STATUS_ATTR = "nvidia.gpu.fabric.status"
+"""The NVML return code a completed fabric registration failed with."""
+FABRIC_CONDITION = "nvidia.gpu.fabric.health.condition"
 START, END = "start", "end"
 MAX_HOLDERS = 32
 """Holders of a shared device named on one record, at most."""
@@ -130,6 +139,15 @@ ECC_RISING = ("nvidia.gpu.ecc.uncorrected", ERROR, Hysteresis(1, 6))
 PCIE_DEGRADED = ("nvidia.gpu.pcie.link.degraded", WARN, Hysteresis(3, 3))
 NVLINK_DOWN = ("nvidia.gpu.nvlink.down", ERROR, Hysteresis(2, 2))
 THROTTLE = ("nvidia.gpu.throttle", WARN, Hysteresis(3, 3))
+FABRIC_REGISTRATION = ("nvidia.gpu.fabric.registration", ERROR, Hysteresis(1, 2))
+FABRIC_HEALTH = ("nvidia.gpu.fabric.health", WARN, Hysteresis(2, 2))
+FABRIC_HEALTH_SEVERITY: Mapping[str, str] = MappingProxyType({
+    "route_unhealthy": ERROR, "incorrect_configuration": ERROR,
+    "fabric_manager_disconnected": ERROR,
+})
+"""Health conditions that keep the GPU out of its NVLink domain's traffic; the others (a
+recovery under way, degraded bandwidth, no partition yet) are warnings."""
+_FABRIC_STATE_NAMES = {1: "not started", 2: "in progress", 3: "completed"}
 STATE_CHANGE = "nvidia.gpu.state.change"
 STATE_CLEAR = 3
 """Samples a better state must hold before the device is reported back in it."""
@@ -298,6 +316,7 @@ class EventDetector:
         yield from self._ecc(ctx, dev, label)
         yield from self._pcie(ctx, dev, label)
         yield from self._nvlink(ctx, dev, label)
+        yield from self._fabric(ctx, dev, label)
         reasons = values.get(CLOCK_REASONS.key) if readable else None
         for kind, bits in THROTTLE_KINDS:
             holds = _UNKNOWN if reasons is None else bool(int(reasons) & bits)
@@ -371,6 +390,40 @@ class EventDetector:
                                       partial("{}: NVLink {} is up again".format, label, link),
                                       {NVLINK_LINK: link})
             link += 1
+
+    def _fabric(self, ctx: _Context, dev: _DeviceState, label: str) -> Iterator[Event]:
+        """A GPU in an NVLink domain whose registration is not complete, or completed with
+        an error, is out of its domain; each health condition is an episode of its own."""
+        v = ctx.sample.values if ctx.sample.readable else {}
+        state, failed = v.get(FABRIC_STATE.key), v.get(FABRIC_FAILED.key)
+        holds: object = _UNKNOWN
+        detail: dict[str, object] = {}
+        why = ""
+        if state is not None:
+            done = state == 3  # NVML_GPU_FABRIC_STATE_COMPLETED
+            holds = not done or bool(failed)
+            name = _FABRIC_STATE_NAMES.get(int(state), f"unknown ({int(state)})")
+            detail[FABRIC_STATE_ATTR] = name.replace(" ", "_")
+            why = f"registration {name}"
+            status = v.get(FABRIC_STATUS.key)
+            if done and failed and status is not None:
+                detail[FABRIC_STATUS_ATTR] = int(status)
+                why = f"registration completed with NVML error {int(status)}"
+        clique = v.get(FABRIC_CLIQUE_ID.key)
+        joined = "" if clique is None else f" (clique {int(clique)})"
+        yield from self._step(ctx, dev, ("fabric",), FABRIC_REGISTRATION, holds,
+                              lambda: f"{label} is not in its NVLink domain: {why}",
+                              lambda: f"{label} joined its NVLink domain{joined}", detail)
+        for condition, src in FABRIC_HEALTH_FLAGS:
+            name, severity, hyst = FABRIC_HEALTH
+            text = condition.replace("_", " ")
+            yield from self._step(
+                ctx, dev, ("fabric", condition),
+                (f"{name}.{condition}", FABRIC_HEALTH_SEVERITY.get(condition, severity), hyst),
+                _flag(v, src.key, ctx.sample.readable),
+                partial("{}: NVLink fabric health: {}".format, label, text),
+                partial("{}: NVLink fabric health: no longer {}".format, label, text),
+                {FABRIC_CONDITION: condition})
 
     def _step(
         self, ctx: _Context, dev: _DeviceState, key: tuple,
