@@ -9,6 +9,7 @@ thing; :func:`sample_once` is the same pipeline run once, for ``check``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -40,6 +41,9 @@ from otel_gpu.snapshot import Snapshot
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricReader
 
+if TYPE_CHECKING:
+    from otel_gpu.sim.node import RunningNode
+
 if TYPE_CHECKING:  # gRPC is imported only once a kubelet socket exists
     from otel_gpu.attribute.container.enrich import ContainerEnricher
     from otel_gpu.attribute.hpc.enrich import JobEnricher
@@ -64,6 +68,35 @@ def open_nvml(simulate: str | None) -> Nvml:
         sim.install(sim.FakeNvml(scenario))
         log.info("simulating NVML with scenario %s", scenario.name)
     return Nvml()
+
+
+def simulated_node(config: Config) -> tuple[Config, RunningNode | None]:
+    """Under ``--simulate``, a scenario with pods runs its node: the ``/proc`` and kubelet
+    log trees in a temporary directory and a fake kubelet serving its pods there. The
+    collector is pointed at them (each path setting left at its default) with process usage
+    on, so the simulation shows pods, per-pod usage and energy per pod at once."""
+    if not config.simulate or not config.pod_attribution:
+        return config, None
+    from otel_gpu import sim
+
+    scenario = sim.load_scenario(config.simulate)
+    if scenario.node is None or not scenario.node.pods:
+        return config, None
+    from otel_gpu.sim.node import run_node
+
+    node = run_node(scenario)
+    default = Config()
+    paths = {"kubelet_socket": node.kubelet.socket_path,
+             "proc_root": str(node.paths.proc_root),
+             "pod_log_root": str(node.paths.pod_log_root),
+             "container_socket": node.runtime_socket}
+    changes = {key: value for key, value in paths.items()
+               if getattr(config, key) == getattr(default, key)}
+    config = dataclasses.replace(config, process_usage=True)
+    config = dataclasses.replace(config, **changes)  # type: ignore[arg-type]  # all str
+    log.info("simulating a node with %d pod(s): a kubelet on %s, processes under %s",
+             len(scenario.node.pods), config.kubelet_socket, config.proc_root)
+    return config, node
 
 
 def process_usage(config: Config) -> bool:
@@ -133,6 +166,15 @@ def sample_once(config: Config, nvml: Nvml) -> Snapshot:
     holds the driver open. A GPU whose call hangs is given up on after
     :data:`CHECK_READ_TIMEOUT_S` and shown as hung.
     """
+    config, node = simulated_node(config)
+    try:
+        return _sample_once(config, nvml)
+    finally:
+        if node is not None:
+            node.close()
+
+
+def _sample_once(config: Config, nvml: Nvml) -> Snapshot:
     sampler = Sampler(nvml, all_sources(CATALOG), read_timeout=CHECK_READ_TIMEOUT_S,
                       sysfs_root=Path(config.sysfs_root), process_usage=process_usage(config),
                       gpm_window=gpm_window(config))
@@ -195,6 +237,16 @@ class Service:
         environ: Mapping[str, str] | None = None,
     ) -> None:
         environ = os.environ if environ is None else environ
+        config, self.node = simulated_node(config)
+        try:
+            self._build(config, nvml, clock, environ)
+        except BaseException:
+            if self.node is not None:
+                self.node.close()
+            raise
+
+    def _build(self, config: Config, nvml: Nvml, clock: Callable[[], float],
+               environ: Mapping[str, str]) -> None:
         self.config = config
         self.nvml = nvml
         self.timings = timings = Timings.from_interval(config.interval)
@@ -310,6 +362,8 @@ class Service:
         for thread in stopping:
             thread.join(max(0.0, final_export_s - (time.monotonic() - started)))
         self.sampler.close()  # frees what it holds in NVML (GPM buffers) while NVML is up
+        if self.node is not None:  # the simulated node's kubelet and files
+            self.node.close()
         if idle:  # never pull the library out from under a call still running
             self.nvml.shutdown()
         else:

@@ -168,8 +168,8 @@ class Config:
         "from the last sample", serve_only=True)
     simulate: str | None = setting(
         optional_text, None, "PROFILE|FILE",
-        "run against a simulated driver: a built-in profile (h100x8, a100-mig, t4, h200) or a "
-        "scenario YAML file")
+        "run against a simulated driver: a built-in profile (demo, h100x8, a100-mig, t4, "
+        "h200) or a scenario YAML file")
     node_name: str | None = setting(
         optional_text, None, "NAME",
         "Kubernetes node name for the k8s.node.name resource attribute "

@@ -10,7 +10,14 @@ node to find which pod a GPU process belongs to:
   and ``/system.slice`` or ``/user.slice`` paths for the host's processes;
 * ``var/log/pods/<namespace>_<name>_<uid>/<container>/0.log`` and
   ``var/log/containers/<name>_<namespace>_<container>-<id>.log`` (a relative
-  link to the former), as the kubelet lays them out.
+  link to the former), as the kubelet lays them out;
+* ``proc/<pid>/cgroup`` of the containers outside Kubernetes, in their
+  runtime's scope (``/system.slice/docker-<id>.scope``, or ``/docker/<id>``
+  with the cgroupfs driver).
+
+:func:`run_node` does that in a temporary directory and serves the pods'
+allocations on a fake kubelet there (:mod:`otel_gpu.sim.kubelet`): what
+``--simulate`` does with a scenario that has pods.
 
 Run against a scenario::
 
@@ -23,16 +30,31 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from otel_gpu.sim.scenario import ContainerSpec, NodeSpec, PodSpec, ScenarioError, load_scenario
+from otel_gpu.sim.scenario import (
+    ContainerSpec,
+    NodeSpec,
+    PodSpec,
+    Scenario,
+    ScenarioError,
+    load_scenario,
+)
+
+if TYPE_CHECKING:  # gRPC is imported only for a scenario with pods
+    from otel_gpu.sim.kubelet import KubeletServer
 
 _V1_CONTROLLERS = ("hugetlb", "memory", "cpu,cpuacct", "pids", "devices", "blkio", "cpuset",
                    "freezer", "net_cls,net_prio", "perf_event")
 _SCOPE = {"containerd": "cri-containerd-", "crio": "crio-", "docker": "docker-"}
+_OUTSIDE = {"containerd": "nerdctl-", "crio": "crio-", "docker": "docker-"}
+"""The scope each runtime names a container outside Kubernetes by."""
 _HOST_PATHS = ("/system.slice/nvidia-persistenced.service",
                "/user.slice/user-1000.slice/session-3.scope")
 
@@ -58,6 +80,14 @@ def cgroup_path(pod: PodSpec, container: ContainerSpec) -> str:
         prefix = "crio-" if container.runtime == "crio" else ""
         parts = ["kubepods", *qos, f"pod{pod.uid}", prefix + container.id]
     return "/" + "/".join(parts)
+
+
+def outside_cgroup_path(container: ContainerSpec) -> str:
+    """A container outside Kubernetes: its runtime's scope under ``system.slice``, or its
+    runtime's directory with the cgroupfs driver."""
+    if container.driver == "systemd":
+        return f"/system.slice/{_OUTSIDE[container.runtime]}{container.id}.scope"
+    return f"/{container.runtime}/{container.id}"
 
 
 def cgroup_file(path: str, version: str) -> str:
@@ -88,10 +118,61 @@ def write_node(node: NodeSpec, root: Path) -> NodePaths:
             link = links / f"{pod.name}_{pod.namespace}_{container.name}-{container.id}.log"
             if not link.is_symlink():
                 os.symlink(Path("..") / "pods" / pod_dir / container.name / "0.log", link)
+    for container in node.containers:
+        text = cgroup_file(outside_cgroup_path(container), container.cgroup)
+        for pid in container.pids:
+            _write(proc / str(pid) / "cgroup", text)
     for i, pid in enumerate(node.host_pids):
         host_path = _HOST_PATHS[i % len(_HOST_PATHS)]
         _write(proc / str(pid) / "cgroup", cgroup_file(host_path, node.cgroup))
     return NodePaths(proc, pods_dir)
+
+
+@dataclass
+class RunningNode:
+    """A simulated node's files and its kubelet, until :meth:`close`."""
+
+    directory: Path
+    paths: NodePaths
+    kubelet: KubeletServer
+
+    @property
+    def runtime_socket(self) -> str:
+        """Where the node's container runtime would listen: nothing is there, so the
+        host's own runtime is never asked about simulated processes."""
+        return str(self.directory / "docker.sock")
+
+    def close(self) -> None:
+        """Stop the kubelet and remove the files."""
+        self.kubelet.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def run_node(scenario: Scenario) -> RunningNode:
+    """The scenario's node in a fresh temporary directory: its ``/proc`` and kubelet log
+    trees written, and its pods' allocations served by a fake kubelet on a socket there."""
+    from otel_gpu.sim.kubelet import (
+        KubeletServer,
+        allocatable_reply,
+        scenario_allocatable,
+        scenario_pods,
+    )
+
+    if scenario.node is None:
+        raise ScenarioError(f"scenario {scenario.name} has no node section")
+    directory = Path(tempfile.mkdtemp(prefix="otel-gpu-node-",
+                                      dir="/tmp" if os.path.isdir("/tmp") else None))
+    try:
+        paths = write_node(scenario.node, directory)
+        kubelet = KubeletServer(directory / "kubelet.sock")
+        kubelet.serve_pods(scenario_pods(scenario.node))
+        kubelet.set_allocatable_reply(allocatable_reply(
+            scenario_allocatable(scenario.node, scenario.devices)))
+        kubelet.start()
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    return RunningNode(directory, paths, kubelet)
 
 
 def _write(path: Path, text: str) -> None:

@@ -10,7 +10,7 @@ from tests.sim.helpers import field, handles, next_sample, token
 
 
 def test_builtin_profiles_are_listed_sorted():
-    assert builtin_profiles() == ["a100-mig", "h100x8", "h200", "t4"]
+    assert builtin_profiles() == ["a100-mig", "demo", "h100x8", "h200", "t4"]
 
 
 @pytest.mark.parametrize(("profile", "count", "model"), [

@@ -1,6 +1,8 @@
 """A fake kubelet Pod Resources server for tests: real gRPC on a real unix socket.
 
-It serves the project's own schema (``v1`` List, GetAllocatableResources and
+The server is the simulator's (:mod:`otel_gpu.sim.kubelet`, which ``--simulate``
+runs for a scenario with pods); here it is fed the API's generated messages. It
+serves the project's own schema (``v1`` List, GetAllocatableResources and
 Get; ``v1alpha1`` List) from data a test can change at any time (setters are
 thread-safe), counts calls per RPC, and can misbehave on request: answer v1
 with UNIMPLEMENTED (a pre-1.20 kubelet), fail the next N calls with a given
@@ -44,16 +46,11 @@ Scenario YAML::
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +59,14 @@ import grpc
 from otel_gpu.attribute.k8s._proto.podresources.v1 import api_pb2 as v1_pb2
 from otel_gpu.attribute.k8s._proto.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
 from otel_gpu.attribute.k8s.kubelet_answer import Allocation, PodResourcesState
+from otel_gpu.sim.kubelet import (
+    RPCS,
+    V1_ALLOCATABLE,
+    V1_GET,
+    V1_LIST,
+    V1ALPHA1_LIST,
+    KubeletServer,
+)
 from otel_gpu.snapshot import KubeletStats
 from tests.support.process import wait_until
 
@@ -80,12 +85,6 @@ __all__ = [
     "pod",
     "pods_from_scenario",
 ]
-
-V1_LIST = "v1/List"
-V1_ALLOCATABLE = "v1/GetAllocatableResources"
-V1_GET = "v1/Get"
-V1ALPHA1_LIST = "v1alpha1/List"
-RPCS = (V1_LIST, V1_ALLOCATABLE, V1_GET, V1ALPHA1_LIST)
 
 RATE_LIMITED = (grpc.StatusCode.RESOURCE_EXHAUSTED, "rejected by rate limit")
 CORRUPT = b"\x0a\xff\xff\xff\xff\x0f\x01"
@@ -211,106 +210,26 @@ class FakePodSource:
 # --------------------------------------------------------------------------- server
 
 
-class FakeKubelet:
-    """A Pod Resources server on a unix socket, scripted by the test.
-
-    Without ``socket_path`` it makes a short directory under /tmp (unix socket
-    paths are limited to 108 bytes, pytest's tmp_path is often longer) and
-    removes it on :meth:`close`.
-    """
-
-    def __init__(self, socket_path: str | os.PathLike[str] | None = None, workers: int = 8):
-        self._own_dir: str | None = None
-        if socket_path is None:
-            self._own_dir = tempfile.mkdtemp(dir="/tmp", prefix="kl")
-            socket_path = os.path.join(self._own_dir, "kubelet.sock")
-        self.socket_path = os.fspath(socket_path)
-        if len(self.socket_path.encode()) >= 108:
-            raise ValueError(f"unix socket path too long: {self.socket_path}")
-        self._workers = workers
-        self._lock = threading.Lock()
-        self._server: grpc.Server | None = None
-        self._pods: tuple[v1_pb2.PodResources, ...] = ()
-        self._v1_reply = b""
-        self._v1alpha1_reply = b""
-        self._allocatable_reply = b""
-        self._calls: dict[str, int] = dict.fromkeys(RPCS, 0)
-        self._failures: list[tuple[str | None, grpc.StatusCode, str]] = []
-        self._corrupt: list[tuple[str | None, bytes]] = []
-        self.v1_unimplemented = False
-        self.allocatable_unimplemented = False
-        self.get_enabled = True
-        self.list_delay = 0.0
-        """Seconds each List waits before answering (to test deadlines)."""
-
-    # ------------------------------------------------------------------ data
+class FakeKubelet(KubeletServer):
+    """The simulator's Pod Resources server (:class:`otel_gpu.sim.kubelet.KubeletServer`),
+    scripted by the test with the API's own messages: :meth:`set_pods` and
+    :meth:`set_allocatable` take the generated stubs' messages (claims, CPUs, topology)."""
 
     def set_pods(self, pods: Iterable[v1_pb2.PodResources]) -> None:
         """Replace what List and Get answer (serialised once, here)."""
         pods = tuple(pods)
         v1 = v1_pb2.ListPodResourcesResponse(pod_resources=list(pods)).SerializeToString()
         alpha = _to_v1alpha1(pods).SerializeToString()
-        with self._lock:
-            self._pods, self._v1_reply, self._v1alpha1_reply = pods, v1, alpha
+        self.set_replies(v1, alpha, {(p.namespace, p.name): p.SerializeToString() for p in pods})
 
     def set_allocatable(
         self, devs: Iterable[v1_pb2.ContainerDevices], cpu_ids: Iterable[int] = ()
     ) -> None:
-        reply = v1_pb2.AllocatableResourcesResponse(
-            devices=list(devs), cpu_ids=list(cpu_ids)
-        ).SerializeToString()
-        with self._lock:
-            self._allocatable_reply = reply
-
-    def set_v1_unimplemented(self, value: bool = True) -> None:
-        """Answer every v1 RPC with UNIMPLEMENTED, like a kubelet before 1.20."""
-        with self._lock:
-            self.v1_unimplemented = value
-
-    def fail_next(
-        self,
-        n: int,
-        code: grpc.StatusCode = RATE_LIMITED[0],
-        details: str = RATE_LIMITED[1],
-        rpc: str | None = None,
-    ) -> None:
-        """Fail the next ``n`` calls (of ``rpc``, or any) with ``code``."""
-        with self._lock:
-            self._failures.extend([(rpc, code, details)] * n)
+        self.set_allocatable_reply(v1_pb2.AllocatableResourcesResponse(
+            devices=list(devs), cpu_ids=list(cpu_ids)).SerializeToString())
 
     def corrupt_next(self, n: int, payload: bytes = CORRUPT, rpc: str | None = None) -> None:
-        """Answer the next ``n`` calls (of ``rpc``, or any) with ``payload`` as the reply's
-        bytes, sent as they are: a kubelet (or something in between) that speaks garbage."""
-        with self._lock:
-            self._corrupt.extend([(rpc, payload)] * n)
-
-    def _take_corrupt(self, rpc: str) -> bytes | None:
-        with self._lock:
-            for i, (target, payload) in enumerate(self._corrupt):
-                if target is None or target == rpc:
-                    del self._corrupt[i]
-                    return payload
-        return None
-
-    def pending_failures(self) -> int:
-        with self._lock:
-            return len(self._failures)
-
-    # ------------------------------------------------------------------ counters
-
-    @property
-    def calls(self) -> dict[str, int]:
-        """Calls received per RPC (``v1/List`` ...), failed ones included."""
-        with self._lock:
-            return dict(self._calls)
-
-    def total_calls(self) -> int:
-        with self._lock:
-            return sum(self._calls.values())
-
-    def reset_calls(self) -> None:
-        with self._lock:
-            self._calls = dict.fromkeys(RPCS, 0)
+        super().corrupt_next(n, payload, rpc)
 
     def wait_for_calls(self, rpc: str, at_least: int, timeout: float = 10.0) -> bool:
         """Wait until ``rpc`` has been called ``at_least`` times; fail at the deadline."""
@@ -318,148 +237,16 @@ class FakeKubelet:
             wait_until(lambda: self.calls[rpc] >= at_least, timeout, f"{at_least} {rpc} call(s)")
         )
 
-    # ------------------------------------------------------------------ lifecycle
-
-    @property
-    def running(self) -> bool:
-        return self._server is not None
-
-    def start(self) -> FakeKubelet:
-        if self._server is not None:
-            return self
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.socket_path)  # a stale socket from a "crashed" kubelet
-        server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=self._workers),
-            options=[("grpc.max_send_message_length", -1)],
-        )
-        raw = None  # the handlers hand back pre-serialised bytes
-        server.add_generic_rpc_handlers(
-            (
-                grpc.method_handlers_generic_handler(
-                    "v1.PodResourcesLister",
-                    {
-                        "List": grpc.unary_unary_rpc_method_handler(
-                            self._v1_list,
-                            request_deserializer=v1_pb2.ListPodResourcesRequest.FromString,
-                            response_serializer=raw,
-                        ),
-                        "GetAllocatableResources": grpc.unary_unary_rpc_method_handler(
-                            self._v1_allocatable,
-                            request_deserializer=v1_pb2.AllocatableResourcesRequest.FromString,
-                            response_serializer=raw,
-                        ),
-                        "Get": grpc.unary_unary_rpc_method_handler(
-                            self._v1_get,
-                            request_deserializer=v1_pb2.GetPodResourcesRequest.FromString,
-                            response_serializer=raw,
-                        ),
-                    },
-                ),
-                grpc.method_handlers_generic_handler(
-                    "v1alpha1.PodResourcesLister",
-                    {
-                        "List": grpc.unary_unary_rpc_method_handler(
-                            self._v1alpha1_list,
-                            request_deserializer=v1alpha1_pb2.ListPodResourcesRequest.FromString,
-                            response_serializer=raw,
-                        ),
-                    },
-                ),
-            )
-        )
-        server.add_insecure_port("unix:" + self.socket_path)
-        server.start()
-        self._server = server
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and remove the socket, as a kubelet going down does."""
-        server, self._server = self._server, None
-        if server is not None:
-            server.stop(grace=None).wait(5)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.socket_path)
-
     def restart(self, gap: float = 0.0) -> None:
         """Stop, stay down ``gap`` seconds, start again on the same path."""
         self.stop()
         if gap:
-            time.sleep(gap)
+            time.sleep(gap)  # the kubelet's downtime, not a wait for an event
         self.start()
 
-    def close(self) -> None:
-        self.stop()
-        if self._own_dir is not None:
-            shutil.rmtree(self._own_dir, ignore_errors=True)
-            self._own_dir = None
-
     def __enter__(self) -> FakeKubelet:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # ------------------------------------------------------------------ handlers
-
-    def _enter(self, rpc: str, context: grpc.ServicerContext) -> None:
-        """Count the call, then apply injected failures (abort raises)."""
-        with self._lock:
-            self._calls[rpc] += 1
-            failure = None
-            for i, (target, code, details) in enumerate(self._failures):
-                if target is None or target == rpc:
-                    failure = (code, details)
-                    del self._failures[i]
-                    break
-            unimplemented = self.v1_unimplemented and rpc.startswith("v1/")
-        if unimplemented:
-            context.abort(grpc.StatusCode.UNIMPLEMENTED, f"unknown service {rpc}")
-        if failure is not None:
-            context.abort(*failure)
-
-    def _reply(self, rpc: str, reply: bytes) -> bytes:
-        corrupt = self._take_corrupt(rpc)
-        return reply if corrupt is None else corrupt
-
-    def _v1_list(self, request: Any, context: grpc.ServicerContext) -> bytes:
-        self._enter(V1_LIST, context)
-        if self.list_delay:
-            time.sleep(self.list_delay)
-        with self._lock:
-            reply = self._v1_reply
-        return self._reply(V1_LIST, reply)
-
-    def _v1alpha1_list(self, request: Any, context: grpc.ServicerContext) -> bytes:
-        self._enter(V1ALPHA1_LIST, context)
-        if self.list_delay:
-            time.sleep(self.list_delay)
-        with self._lock:
-            reply = self._v1alpha1_reply
-        return self._reply(V1ALPHA1_LIST, reply)
-
-    def _v1_allocatable(self, request: Any, context: grpc.ServicerContext) -> bytes:
-        self._enter(V1_ALLOCATABLE, context)
-        if self.allocatable_unimplemented:
-            context.abort(grpc.StatusCode.UNIMPLEMENTED, "GetAllocatableResources disabled")
-        with self._lock:
-            reply = self._allocatable_reply
-        return self._reply(V1_ALLOCATABLE, reply)
-
-    def _v1_get(self, request: v1_pb2.GetPodResourcesRequest, context: Any) -> bytes:
-        self._enter(V1_GET, context)
-        if not self.get_enabled:
-            context.abort(grpc.StatusCode.UNKNOWN, "PodResources API Get method disabled")
-        with self._lock:
-            pods = self._pods
-        for p in pods:
-            if p.name == request.pod_name and p.namespace == request.pod_namespace:
-                return v1_pb2.GetPodResourcesResponse(pod_resources=p).SerializeToString()
-        context.abort(
-            grpc.StatusCode.NOT_FOUND,
-            f"pod {request.pod_namespace}/{request.pod_name} not found",
-        )
-        raise AssertionError("unreachable")
+        self.start()
+        return self
 
 
 # --------------------------------------------------------------------------- scenarios

@@ -426,8 +426,29 @@ class GpuSpec:
 
 
 @spec
+class KubeletDevice:
+    """A device the kubelet lists as allocated to a container, as a device plugin names it.
+
+    From a scenario entry naming a GPU by NVML index (``gpu``), with ``replica`` for a
+    time-sliced share or ``mig`` (a GPU instance id) for a MIG instance; the parser
+    resolves it to the plugin's resource name and device id.
+    """
+
+    gpu: int = key(required=True)
+    replica: int | None = key(default=None)
+    mig: int | None = key(default=None)
+    resource: str = key(default="")
+    """Default: ``nvidia.com/gpu`` (time-sliced shares too), ``nvidia.com/mig-<profile>``."""
+    id: str = ""
+    """``GPU-<uuid>``, ``GPU-<uuid>::<replica>`` or ``MIG-<uuid>``."""
+    numa: int | None = None
+    """The GPU's NUMA node, as the kubelet's topology gives it."""
+
+
+@spec
 class ContainerSpec:
-    """A container of a fake node's pod: its id, its processes and its cgroup layout."""
+    """A container of a fake node's pod (or one outside Kubernetes): its id, its
+    processes, its cgroup layout and the devices the kubelet lists as its."""
 
     name: str = key(required=True)
     id: str = key()
@@ -435,6 +456,7 @@ class ContainerSpec:
     cgroup: str = key(default="v2")
     driver: str = key(default="systemd")
     runtime: str = key(default="containerd")
+    devices: tuple[KubeletDevice, ...] = key(default=())
 
 
 @spec
@@ -452,6 +474,8 @@ class NodeSpec:
 
     pods: tuple[PodSpec, ...] = key(default=())
     host_pids: tuple[int, ...] = key(default=())
+    containers: tuple[ContainerSpec, ...] = key(default=())
+    """Containers outside Kubernetes (``docker run``): their processes' cgroups only."""
     cgroup: str = key(default="v2")
     """The node's cgroup version (the host processes' layout)."""
     driver: str = key(default="systemd")

@@ -41,6 +41,7 @@ from otel_gpu.sim.scenario.model import (
     Fabric,
     Gpm,
     GpuSpec,
+    KubeletDevice,
     MigSpec,
     NodeSpec,
     NvLinks,
@@ -276,7 +277,7 @@ class _Parser(Checks):
                 pending.append((f"devices[{i}]", gpu, explicit))
                 index += 1
         devices = tuple(self.identify(name, path, gpu, explicit) for path, gpu, explicit in pending)
-        node = self.node("node", top["node"], name) if "node" in top else None
+        node = self.node("node", top["node"], name, devices) if "node" in top else None
         shapes = self.shapes("shapes", top["shapes"]) if "shapes" in top else ()
         return Scenario(name=name, driver_version=driver, devices=devices, nvml_version=nvml,
                         faults=faults, node=node, shapes=shapes)
@@ -396,7 +397,43 @@ class _Parser(Checks):
                             f"got {show(raw)}")
         return text
 
-    def node(self, path: str, raw: Any, scenario: str) -> NodeSpec:
+    def kubelet_devices(self, path: str, raw: Any, gpus: tuple[GpuSpec, ...]
+                        ) -> tuple[KubeletDevice, ...]:
+        """A container's devices as the kubelet lists them: each a GPU index (held whole), or
+        ``{gpu: N, replica: R}`` (a time-sliced share) or ``{gpu: N, mig: GI}`` (a MIG
+        instance, by GPU instance id), with an optional ``resource`` name."""
+        out = []
+        for j, item in enumerate(self.sequence(path, raw)):
+            p = f"{path}[{j}]"
+            if not isinstance(item, dict):
+                item = {"gpu": item}
+            self.keys(KubeletDevice, p, item)
+            index = self.integer(f"{p}.gpu", item["gpu"])
+            if index >= len(gpus):
+                self.fail(f"{p}.gpu", f"no GPU {index} (the scenario has {len(gpus)})")
+            gpu = gpus[index]
+            if "replica" in item and "mig" in item:
+                self.fail(p, "a share of a MIG instance is not simulated: give replica or mig")
+            replica = self.integer(f"{p}.replica", item["replica"]) if "replica" in item \
+                else None
+            if "mig" in item:
+                gi = self.integer(f"{p}.mig", item["mig"])
+                mig = next((m for m in gpu.mig if m.gpu_instance_id == gi), None)
+                if mig is None:
+                    self.fail(f"{p}.mig", f"GPU {index} has no MIG instance with "
+                                          f"gpu_instance_id {gi}")
+                resource, device_id = f"nvidia.com/mig-{mig.profile}", mig.uuid
+            else:
+                gi = None
+                resource = "nvidia.com/gpu"
+                device_id = gpu.uuid if replica is None else f"{gpu.uuid}::{replica}"
+            if "resource" in item:
+                resource = self.string(f"{p}.resource", item["resource"])
+            out.append(KubeletDevice(index, replica, gi, resource, device_id, gpu.numa_node))
+        return tuple(out)
+
+    def node(self, path: str, raw: Any, scenario: str,
+             gpus: tuple[GpuSpec, ...] = ()) -> NodeSpec:
         self.keys(NodeSpec, path, raw)
         layout = {
             "cgroup": self.choice(f"{path}.cgroup", raw.get("cgroup", "v2"), CGROUP_VERSIONS),
@@ -461,8 +498,29 @@ class _Parser(Checks):
                                        CGROUP_DRIVERS),
                     runtime=self.choice(f"{cp}.runtime", c.get("runtime", layout["runtime"]),
                                         RUNTIMES),
+                    devices=self.kubelet_devices(f"{cp}.devices", c.get("devices", []), gpus),
                 ))
             pods.append(PodSpec(namespace, name, uid,
                                 self.choice(f"{p}.qos", item.get("qos", "burstable"), QOS_CLASSES),
                                 tuple(containers)))
-        return NodeSpec(tuple(pods), host, **layout)
+        outside = []
+        for j, c in enumerate(self.sequence(f"{path}.containers", raw.get("containers", []))):
+            cp = f"{path}.containers[{j}]"
+            self.keys(ContainerSpec, cp, c, exclude=("devices",))
+            cname = self.k8s_name(f"{cp}.name", c["name"])
+            unique(cp, ("outside", cname), f"container {cname}")
+            if "id" in c:
+                cid = self.string(f"{cp}.id", c["id"])
+                if not _CONTAINER_ID.match(cid):
+                    self.fail(f"{cp}.id", f"expected 64 lowercase hex digits, got {show(cid)}")
+            else:
+                cid = hashlib.sha256(f"{scenario}/{cname}".encode()).hexdigest()
+            unique(f"{cp}.id", ("id", cid), f"container id {cid}")
+            outside.append(ContainerSpec(
+                name=cname, id=cid, pids=claim_pids(f"{cp}.pids", c.get("pids", [])),
+                cgroup=self.choice(f"{cp}.cgroup", c.get("cgroup", layout["cgroup"]),
+                                   CGROUP_VERSIONS),
+                driver=self.choice(f"{cp}.driver", c.get("driver", layout["driver"]),
+                                   CGROUP_DRIVERS),
+                runtime=self.choice(f"{cp}.runtime", c.get("runtime", "docker"), RUNTIMES)))
+        return NodeSpec(tuple(pods), host, containers=tuple(outside), **layout)
