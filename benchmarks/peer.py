@@ -121,3 +121,10 @@ def wait_for_gpus(fetch: Callable[[], bytes], scenario: Path, gpus: int,
             return got
         time.sleep(0.02)
     raise PeerError(f"{NVITOP} never served all {gpus} simulated GPUs: {got}")
+
+
+def handwritten_command(scenario: Path, port_file: Path, counts_file: Path,
+                        interval: float) -> list[str]:
+    return [sys.executable, "-m", "benchmarks.launch", "handwritten", "--scenario",
+            str(scenario), "--port-file", str(port_file), "--counts-file", str(counts_file),
+            "--interval", f"{interval:g}"]

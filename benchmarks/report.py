@@ -1,11 +1,20 @@
-"""The benchmark's tables: each figure's median (min-max) per system, and the ratios."""
+"""The benchmark's tables: each figure's median (min-max) per system, and the ratios.
+
+    python -m benchmarks.report FILE    # the tables of a run written with --json FILE
+
+docs/performance.md's tables are this command's output for the JSON they name
+(tests/test_performance_doc.py holds them to it).
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
+from pathlib import Path
 
-KINDS = ("otel-gpu", "promclient", "nvitop-exporter", "static")
-BASES = ("promclient", "nvitop-exporter", "static")
+KINDS = ("otel-gpu", "handwritten", "promclient", "nvitop-exporter", "static")
+BASES = ("handwritten", "promclient", "nvitop-exporter", "static")
 """The systems otel-gpu's figures are divided by, one ratio column each."""
 
 FIGURES = (
@@ -16,6 +25,8 @@ FIGURES = (
     ("cycle", "after_sample_p99_ms", "first scrape after a sample, p99 (ms)"),
     ("cycle", "p50_ms", "every scrape while sampling, p50 (ms)"),
     ("cycle", "p99_ms", "every scrape while sampling, p99 (ms)"),
+    ("paced", "cpu_per_interval_ms",
+     "server CPU per sample interval, one gzip scrape per sample (ms)"),
     ("cycle", "cpu_per_cycle_ms", "server CPU per sample cycle, nobody scraping (ms)"),
     ("cycle_otlp", "cpu_per_cycle_ms",
      "same, with OTLP gRPC pushed every sample interval (ms)"),
@@ -52,24 +63,39 @@ STATIC_STANDS_IN = {"after_sample_p50_ms": "p50_ms", "after_sample_p99_ms": "p99
 """The static body has no samples: its every-scrape figure is what it serves after one."""
 
 
-def table(results: dict) -> str:
-    """Markdown: per configuration, each figure's median (min-max) per server, and ratios."""
+def heading(name: str, meta: dict | None) -> str:
+    """A node's heading: its name, and the repetitions and interval it ran with."""
+    node = (meta or {}).get("nodes", {}).get(name)
+    if not node:
+        return f"### {name}"
+    reps = node["reps"]
+    return (f"### {name} ({reps} repetition{'s' if reps != 1 else ''}, "
+            f"{node['interval']:g} s interval)")
+
+
+def table(results: dict, meta: dict | None = None) -> str:
+    """Markdown: per configuration, each figure's median (min-max) per server, and ratios;
+    only the systems the configuration ran, and only the figures one of them has."""
     lines = []
     for name, kinds in results.items():
-        lines += [f"### {name}", "",
-                  "| figure | " + " | ".join(KINDS) + " | "
-                  + " | ".join(f"otel-gpu / {base}" for base in BASES) + " |",
-                  "|---" * (1 + len(KINDS) + len(BASES)) + "|"]
+        ran = [kind for kind in KINDS if kinds.get(kind)]
+        bases = [base for base in BASES if base in ran]
+        lines += [heading(name, meta), "",
+                  "| figure | " + " | ".join(ran) + " | "
+                  + " | ".join(f"otel-gpu / {base}" for base in bases) + " |",
+                  "|---" * (1 + len(ran) + len(bases)) + "|"]
         for phase, key, label in FIGURES:
             cells, meds = [], {}
-            for kind in KINDS:
+            for kind in ran:
                 vals = medians(kinds.get(kind, []), phase,
                                STATIC_STANDS_IN.get(key, key) if kind == "static" else key)
                 cells.append(spread(vals))
                 if vals:
                     meds[kind] = statistics.median(vals)
+            if not meds:
+                continue
             ratios = []
-            for base in BASES:
+            for base in bases:
                 if "otel-gpu" in meds and meds.get(base):
                     ratios.append(f"{meds['otel-gpu'] / meds[base]:.2f}")
                 else:
@@ -77,6 +103,16 @@ def table(results: dict) -> str:
             lines.append(f"| {label} | " + " | ".join(cells + ratios) + " |")
         lines += ["", targets(kinds), ""]
     return "\n".join(lines)
+
+
+def document(run: dict) -> str:
+    """What docs/performance.md carries of a run: the machine and settings, then the tables."""
+    meta = run["meta"]
+    settings = ", ".join(f"{key} {value}" for key, value in meta["settings"].items())
+    return "\n".join([
+        f"Run of {meta['date']} on {meta['machine']} ({meta['wall_s']:.0f} s of wall time; "
+        f"load average {meta['load_before']} before, {meta['load_after']} after).",
+        f"Settings: {settings}.", "", table(run["results"], meta)]).rstrip("\n") + "\n"
 
 
 def targets(kinds: dict) -> str:
@@ -93,4 +129,21 @@ def targets(kinds: dict) -> str:
         parts.append(f"CPU per cycle over promclient's render (target 2): {cycle / render:.2f}")
     if cycle and with_otlp is not None:
         parts.append(f"CPU OTLP adds per cycle (target 3): {100 * (with_otlp / cycle - 1):+.0f} %")
+    paced = med("otel-gpu", "paced", "cpu_per_interval_ms")
+    handwritten = med("handwritten", "paced", "cpu_per_interval_ms")
+    if paced is not None and handwritten:
+        parts.append(f"CPU per sample interval with one gzip scrape, over the hand-written "
+                     f"exporter's: {paced / handwritten:.2f}")
     return "; ".join(parts) + "." if parts else ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("json", type=Path, help="a run written by benchmarks.run --json")
+    args = parser.parse_args(argv)
+    print(document(json.loads(args.json.read_text())), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

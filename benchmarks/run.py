@@ -1,9 +1,15 @@
-"""The benchmark: otel-gpu beside nvitop-exporter, a prometheus_client exporter and a static body.
+"""The benchmark: otel-gpu beside a hand-written pynvml exporter, nvitop-exporter, a
+prometheus_client exporter replaying its series and a static body.
 
-Each configuration (a node of :mod:`benchmarks.scenarios`) runs four servers,
-one at a time, interleaved over ``--reps`` repetitions (the order rotates each
-repetition):
+Each configuration (a node of :mod:`benchmarks.scenarios`) runs its servers (every
+one, unless the node names some), one at a time, interleaved over its repetitions
+(the node's own, or ``--reps``; the order rotates each repetition). A default run
+(every node, each its repetitions) finishes within 15 minutes on a 2-core machine:
 
+- ``handwritten``: a hand-written exporter reading NVML itself through pynvml
+  on the same fake driver, rendering with prometheus_client per scrape
+  (:mod:`benchmarks.handwritten` under :mod:`benchmarks.launch`, which counts
+  its calls and samples);
 - ``otel-gpu``: the real collector, ``otel_gpu.cli.main`` with ``--simulate
   FILE`` under :mod:`benchmarks.launch` (which counts its NVML calls at the
   fake library; pod attribution on, as installed by default; the pods node
@@ -16,7 +22,7 @@ repetition):
   is measured only once it serves every simulated GPU (:mod:`benchmarks.peer`);
 - ``static``: the collector's body, pre-rendered, served from memory.
 
-Each server is started twice per repetition:
+Each server is started once per phase, each repetition:
 
 - *cached*: sampling once (``--interval 1h``); a few clients scrape one
   request at a time per connection, timing each request, for ``--seconds``:
@@ -39,14 +45,19 @@ Each server is started twice per repetition:
   between the phase's first and last scrape);
 - *cycle with OTLP* (otel-gpu only): the cycle again, with the collector also
   pushing OTLP over gRPC every ``--interval`` to a receiver in this process
-  (``tests.support.otlp_receiver``): what OTLP adds to the CPU per cycle.
+  (``tests.support.otlp_receiver``): what OTLP adds to the CPU per cycle;
+- *paced* (the systems reading NVML): one client scrapes with gzip once per
+  interval, as a Prometheus scraping at the sampling interval does; after a
+  warm-up, the server's CPU per second over ``--paced-intervals`` intervals,
+  times the interval: CPU per sample interval in that steady state.
 
 It prints, per configuration, each figure's median with its spread (min-max
 over the repetitions) and its ratio to the baselines, and can write every
 measurement as JSON. Timing goals live here and in docs/performance.md, never
 in the tests; ``--quick`` (one small run) is what the test suite runs.
 
-    python -m benchmarks.run [--quick] [--configs gpus-8,gpus-64] [--reps 3] [--json FILE]
+    python -m benchmarks.run [--quick] [--configs gpus-1,gpus-8] [--reps 3] [--json FILE]
+    python -m benchmarks.report FILE    # the tables again, from the JSON
 """
 
 from __future__ import annotations
@@ -71,6 +82,7 @@ from benchmarks.baselines import series_file
 from benchmarks.report import FIGURES, KINDS, spread, table
 from benchmarks.scenarios import (
     NODES,
+    SAMPLING,
     Node,
     gpu_uuids,
     node_list,
@@ -84,6 +96,7 @@ ROOT = Path(__file__).resolve().parents[1]
 _SERVING = re.compile(r"serving metrics on https?://[^:]+:(\d+)/metrics")
 _TICK = os.sysconf("SC_CLK_TCK")
 SAMPLES = "otel_gpu_samples_total"
+HANDWRITTEN = "handwritten"
 
 
 # --------------------------------------------------------------------------- /proc
@@ -256,6 +269,34 @@ class Client:
         conn.close()
 
 
+@dataclass
+class Paced:
+    """One gzip scrape every ``interval`` on a kept-alive connection, as Prometheus scrapes."""
+
+    port: int
+    interval: float
+    until: float
+    scrapes: int = 0
+    errors: int = 0
+
+    def run(self) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        due = time.monotonic()
+        while due < self.until:
+            try:
+                conn.request("GET", "/metrics", headers={"Accept-Encoding": "gzip"})
+                resp = conn.getresponse()
+                resp.read()
+                self.scrapes += resp.status == 200
+                self.errors += resp.status != 200
+            except (OSError, http.client.HTTPException):
+                self.errors += 1
+                conn.close()
+            due += self.interval
+            time.sleep(max(0.0, due - time.monotonic()))
+        conn.close()
+
+
 def scrape_for(port: int, seconds: float, clients: int, pause: float,
                marker: str | None) -> list[Client]:
     until = time.monotonic() + seconds
@@ -289,11 +330,12 @@ def pct(values: list[float], q: float) -> float:
 
 @dataclass
 class Settings:
-    seconds: float = 4.0
-    interval: float = 2.0
+    seconds: float = 1.5
+    interval: float = 1.0
     clients: int = 2
     pause: float = 0.02
-    cycle_intervals: int = 4
+    cycle_intervals: int = 3
+    paced_intervals: int = 6
     otlp: bool = True
 
 
@@ -353,6 +395,13 @@ class Bench:
                     time.sleep(0.1)
             return server, ready
         port_file = self.workdir / f"{kind}-{node.name}-{time.monotonic_ns()}.port"
+        if kind == HANDWRITTEN:  # it announces its port once its first sample is in
+            scenario = write_scenario(node, self.workdir)
+            server = Server(peer.handwritten_command(scenario, port_file, counts, interval),
+                            port_file)
+            ready = server.wait_ready("/metrics")
+            server.counts_port = peer.counts_port(counts, server.alive)
+            return server, ready
         if kind == peer.NVITOP:
             scenario = write_scenario(node, self.workdir)
             server = Server(peer.nvitop_command(scenario, port_file, counts, interval), port_file)
@@ -412,21 +461,53 @@ class Bench:
         finally:
             server.stop()
 
-    def cycle(self, kind: str, node: Node, otlp: bool = False) -> dict:
-        s = self.settings
-        env = self.otlp_env(s.interval) if otlp else None
-        server, _ = self.start(kind, node, s.interval, env)
+    def interval(self, node: Node) -> float:
+        return node.interval or self.settings.interval
+
+    def paced(self, kind: str, node: Node) -> dict:
+        """CPU per sample interval while one client scrapes with gzip once per interval: the
+        steady state of a Prometheus scraping at the sampling interval. CPU per second of
+        the window times the interval, so that a sample more or less in the window does
+        not move it; the samples are counted by the launcher."""
+        s, interval = self.settings, self.interval(node)
+        server, _ = self.start(kind, node, interval)
         try:
             port = server.port
             assert port is not None
-            marker = peer.SAMPLE_MARKER if kind == peer.NVITOP else SAMPLES
+            warm = s.paced_intervals // 4 + 2  # the first samples, and rendering turned on
+            until = time.monotonic() + interval * (warm + s.paced_intervals)
+            client = Paced(port, interval, until)
+            thread = threading.Thread(target=client.run)
+            thread.start()
+            time.sleep(interval * warm)
+            counts0, cpu0, t0 = server.counts(), window_cpu(server.proc.pid), time.monotonic()
+            time.sleep(interval * s.paced_intervals)
+            cpu, t1, counts1 = window_seconds(server.proc.pid, cpu0), time.monotonic(), \
+                server.counts()
+            thread.join()
+        finally:
+            server.stop()
+        samples = counts1["samples"] - counts0["samples"] if counts0 and counts1 else 0
+        return {"cpu_per_interval_ms": 1000 * cpu / (t1 - t0) * interval,
+                "cpu_per_second_ms": 1000 * cpu / (t1 - t0), "seconds": t1 - t0,
+                "samples": samples, "scrapes": client.scrapes, "errors": client.errors}
+
+    def cycle(self, kind: str, node: Node, otlp: bool = False) -> dict:
+        s = self.settings
+        interval = self.interval(node)
+        env = self.otlp_env(interval) if otlp else None
+        server, _ = self.start(kind, node, interval, env)
+        try:
+            port = server.port
+            assert port is not None
+            marker = {peer.NVITOP: peer.SAMPLE_MARKER, HANDWRITTEN: None}.get(kind, SAMPLES)
             first = fetch(port)
-            clients = scrape_for(port, s.interval * s.cycle_intervals, s.clients, s.pause, marker)
+            clients = scrape_for(port, interval * s.cycle_intervals, s.clients, s.pause, marker)
             # then as many intervals with no scrape at all: the CPU of the cycles alone
             mid, counts_mid = fetch(port), server.counts()
             pushes0 = len(self.receiver.requests) if otlp else 0  # type: ignore[union-attr]
             cpu0 = window_cpu(server.proc.pid)
-            time.sleep(s.interval * s.cycle_intervals)
+            time.sleep(interval * s.cycle_intervals)
             cpu = window_seconds(server.proc.pid, cpu0)
             pushes = len(self.receiver.requests) - pushes0 if otlp else 0  # type: ignore[union-attr]
             counts_last = server.counts()
@@ -449,7 +530,7 @@ class Bench:
             "after_sample_p99_ms": 1000 * pct(after, 0.99),
             "after_sample_scrapes": len(after),
         }
-        if kind == peer.NVITOP:  # its body counts no samples; its launcher does
+        if kind in (peer.NVITOP, HANDWRITTEN):  # their bodies count no samples; launchers do
             quiet = [c["samples"] if c else None for c in (counts_mid, counts_last)]
         else:
             quiet = [value(b, SAMPLES) for b in (mid, last)]
@@ -476,34 +557,70 @@ class Bench:
 # --------------------------------------------------------------------------- report
 
 
-def run(configs: list[str], reps: int, settings: Settings,
+def run(configs: list[str], reps: int | None, settings: Settings,
         log: Callable[[str], object] = print) -> dict:
-    """Every measurement: results[config][kind] = list (one per repetition) of phases."""
+    """Every measurement: results[config][kind] = list (one per repetition) of phases.
+    ``reps`` None: each node's own (:data:`benchmarks.scenarios.NODES`)."""
     results: dict[str, dict[str, list[dict]]] = {}
     with tempfile.TemporaryDirectory(prefix="otel-gpu-bench-") as tmp:
         bench = Bench(Path(tmp), settings)
         try:
             for name in configs:
-                bench.capture(NODES[name])
-            for rep in range(reps):
+                if needs_capture(NODES[name]):
+                    bench.capture(NODES[name])
+            most = max(reps or NODES[name].reps for name in configs)
+            for rep in range(most):
                 for name in configs:
                     node = NODES[name]
-                    turn = rep % len(KINDS)
-                    order = KINDS[turn:] + KINDS[:turn]
-                    for kind in order:
+                    if rep >= (reps or node.reps):
+                        continue
+                    kinds = [k for k in KINDS if node.kinds is None or k in node.kinds]
+                    turn = rep % len(kinds)
+                    for kind in kinds[turn:] + kinds[:turn]:
+                        started = time.monotonic()
                         cached = bench.cached(kind, node)
                         cycle = bench.cycle(kind, node)
                         phases = {"cached": cached, "cycle": cycle}
                         if kind == "otel-gpu" and settings.otlp:
                             phases["cycle_otlp"] = bench.cycle(kind, node, otlp=True)
+                        if kind in SAMPLING and settings.paced_intervals:
+                            phases["paced"] = bench.paced(kind, node)
                         results.setdefault(name, {}).setdefault(kind, []).append(phases)
-                        log(f"rep {rep + 1}/{reps} {name:9} {kind:10} "
+                        paced = phases.get("paced", {}).get("cpu_per_interval_ms")
+                        log(f"rep {rep + 1}/{reps or node.reps} {name:9} {kind:15} "
                             f"cached p50 {cached['p50_ms']:.2f} ms, "
                             f"cpu/scrape {cached['cpu_per_scrape_ms']:.2f} ms; "
-                            f"after-sample p50 {cycle['after_sample_p50_ms']:.2f} ms")
+                            f"after-sample p50 {cycle['after_sample_p50_ms']:.2f} ms"
+                            + (f"; paced cpu/interval {paced:.2f} ms" if paced else "")
+                            + f" ({time.monotonic() - started:.0f} s)")
         finally:
             bench.close()
     return results
+
+
+def needs_capture(node: Node) -> bool:
+    """Whether a system replaying the collector's body runs on ``node``."""
+    return node.kinds is None or bool({"promclient", "static"} & set(node.kinds))
+
+
+def machine() -> str:
+    """The CPUs this run had: their count and model."""
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} x {model}"
+
+
+def load() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
 
 
 def bytecode() -> None:
@@ -523,28 +640,44 @@ def main(argv: list[str] | None = None) -> int:
                         help="one short repetition at 8 GPUs (the test suite's smoke run)")
     parser.add_argument("--configs", type=node_list, default=",".join(NODES),
                         help=f"comma-separated, of {', '.join(NODES)}")
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=4.0,
+    parser.add_argument("--reps", type=int, default=None,
+                        help="repetitions of every node (default: each node's own)")
+    parser.add_argument("--seconds", type=float, default=Settings.seconds,
                         help="length of each cached phase")
-    parser.add_argument("--interval", type=float, default=2.0,
-                        help="sample interval in the cycle phase")
+    parser.add_argument("--interval", type=float, default=Settings.interval,
+                        help="sample interval where the node sets none")
+    parser.add_argument("--paced-intervals", type=int, default=Settings.paced_intervals,
+                        help="intervals measured with one scrape per sample (0: no such phase)")
     parser.add_argument("--json", type=Path, help="write every measurement here")
     parser.add_argument("--no-otlp", action="store_true",
                         help="skip the cycle with OTLP (the collector's third phase)")
     args = parser.parse_args(argv)
-    settings = Settings(seconds=args.seconds, interval=args.interval, otlp=not args.no_otlp)
-    configs = args.configs
-    reps = args.reps
+    settings = Settings(seconds=args.seconds, interval=args.interval, otlp=not args.no_otlp,
+                        paced_intervals=args.paced_intervals)
+    configs, reps = args.configs, args.reps
     if args.quick:
         configs, reps = ["gpus-8"], 1
-        settings = Settings(seconds=1.0, interval=0.5, cycle_intervals=4,
+        settings = Settings(seconds=1.0, interval=0.5, cycle_intervals=4, paced_intervals=4,
                             otlp=not args.no_otlp)
     if not args.quick:
         bytecode()
+    started, load_before = time.monotonic(), load()
     results = run(configs, reps, settings, log=lambda line: print(line, file=sys.stderr))
-    print(table(results))
+    meta = {
+        "date": time.strftime("%Y-%m-%d"), "machine": machine(),
+        "wall_s": round(time.monotonic() - started), "load_before": load_before,
+        "load_after": load(),
+        "settings": {"cached phase": f"{settings.seconds:g} s",
+                     "interval": f"{settings.interval:g} s", "clients": settings.clients,
+                     "cycle intervals": settings.cycle_intervals,
+                     "paced intervals": settings.paced_intervals, "otlp": settings.otlp},
+        "nodes": {name: {"reps": reps or NODES[name].reps,
+                         "interval": NODES[name].interval or settings.interval}
+                  for name in configs},
+    }
+    print(table(results, meta))
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
+        args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=1) + "\n")
     return 0
 
 

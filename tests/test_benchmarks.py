@@ -37,9 +37,13 @@ def test_the_quick_run_measures_every_server_on_the_same_series(
     assert "### gpus-8" in out
     for _, _, label in bench.FIGURES:
         assert f"| {label} |" in out
-    runs = json.loads((tmp_path / "out.json").read_text())["gpus-8"]
-    assert set(runs) == set(bench.KINDS) == {"otel-gpu", "promclient", peer.NVITOP, "static"}
-    series = {kind: runs[kind][0]["cached"]["series"] for kind in bench.KINDS}
+    written = json.loads((tmp_path / "out.json").read_text())
+    assert written["meta"]["nodes"] == {"gpus-8": {"reps": 1, "interval": 0.5}}
+    runs = written["results"]["gpus-8"]
+    assert set(runs) == set(bench.KINDS) == {
+        "otel-gpu", "handwritten", "promclient", peer.NVITOP, "static"}
+    series = {kind: runs[kind][0]["cached"]["series"] for kind in bench.KINDS
+              if kind != "handwritten"}
     assert series["otel-gpu"] == series["static"] == series["promclient"] > 700, series
     # the peer was measured on the simulated GPUs, every one of them
     assert runs[peer.NVITOP][0]["cached"]["peer_gpu_series"] == {
@@ -68,6 +72,16 @@ def test_the_quick_run_measures_every_server_on_the_same_series(
         assert calls["by_symbol"][symbol] == 1.0  # every GPU, once per sample
     for kind in ("promclient", "static"):  # they hold captured series and read no NVML
         assert "nvml_library_calls_per_gpu_per_sample" not in runs[kind][0]["cycle"]
+        assert "paced" not in runs[kind][0]
+    # the hand-written exporter reads every GPU itself, and each system reading NVML was
+    # measured with one gzip scrape per sample
+    hand = runs["handwritten"][0]
+    assert hand["cycle"]["nvml_library_calls"]["by_symbol"]["nvmlDeviceGetUtilizationRates"] \
+        == 1.0
+    for kind in ("otel-gpu", "handwritten", peer.NVITOP):
+        paced = runs[kind][0]["paced"]
+        assert paced["errors"] == 0 and paced["scrapes"] > 0 and paced["samples"] > 0
+        assert math.isfinite(paced["cpu_per_interval_ms"]) and paced["cpu_per_interval_ms"] > 0
 
 
 EXPECTED_NVML_CALLS = 17.5
@@ -141,7 +155,7 @@ def test_the_readers_benchmark_prints_a_row_per_node_with_its_ratios(capsys) -> 
     assert len(cells) == 6 and all(float(c.split()[0]) > 0 for c in cells[1:])
 
 
-@pytest.mark.parametrize("module", ["readers", "render", "run"])
+@pytest.mark.parametrize("module", ["readers", "render", "run", "cycle"])
 def test_an_unknown_node_is_one_usage_error_naming_it(module: str, capsys) -> None:
     import importlib
 
@@ -150,4 +164,4 @@ def test_an_unknown_node_is_one_usage_error_naming_it(module: str, capsys) -> No
         main(["--configs", "gpus-8,gpus-9000"])
     assert stopped.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert "unknown configuration(s): gpus-9000; known: gpus-8," in err
+    assert "unknown configuration(s): gpus-9000; known: gpus-1, gpus-8," in err
