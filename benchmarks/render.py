@@ -18,6 +18,12 @@ beside the prometheus_client render of the same series:
   registry holding the same series (what the baseline does per scrape).
 
     python -m benchmarks.render [--configs gpus-8,gpus-64] [--repeat 10]
+
+``--formats`` measures the negotiated exposition formats instead (:func:`formats`): for
+each, the CPU of writing one publication's body in it and of its gzip (once per
+publication, when first asked for), and of a scrape served from the cache (the
+negotiation of a real Prometheus Accept header and the look-up), rounds interleaved
+across the formats, medians.
 """
 
 from __future__ import annotations
@@ -121,11 +127,89 @@ class _Null:
     _preferred_aggregation: dict = {}
 
 
+FORMATS = {
+    "text 0.0.4": "text/plain;version=0.0.4",
+    "OpenMetrics 1.0.0": "application/openmetrics-text;version=1.0.0;q=0.6,"
+                         "application/openmetrics-text;version=0.0.1;q=0.5,"
+                         "text/plain;version=0.0.4;q=0.4,*/*;q=0.1",
+    "OpenMetrics 1.0.0 allow-utf-8": "application/openmetrics-text;version=1.0.0;"
+                                     "escaping=allow-utf-8;q=0.5,text/plain;version=0.0.4;q=0.2",
+    "text 1.0.0 allow-utf-8": "text/plain;version=1.0.0;escaping=allow-utf-8",
+    "text 1.0.0 dots": "text/plain;version=1.0.0;escaping=dots",
+    "text 1.0.0 values": "text/plain;version=1.0.0;escaping=values",
+}
+"""Format -> the Accept header that asks for it (Prometheus 3's and 2.42's among them)."""
+
+
+def formats(node_name: str, repeat: int, scrapes: int = 2000) -> dict[str, dict[str, float]]:
+    """Per format: ``write`` and ``gzip`` (ms of CPU, once per publication), ``scrape`` (us of
+    CPU per cached scrape) and ``bytes``; each round times every format in turn."""
+    from otel_gpu import sim
+    from otel_gpu.export.collected import CollectingReader
+    from otel_gpu.export.prometheus.endpoint import RenderCache
+    from otel_gpu.export.prometheus.exporter import Collection, Writers
+    from otel_gpu.export.prometheus.formats import negotiate
+    from otel_gpu.instrument.catalog import all_sources
+    from otel_gpu.instrument.telemetry import build_meter_provider, build_resource
+    from otel_gpu.sample.library import Nvml
+    from otel_gpu.sample.sampler import Sampler
+
+    node = NODES[node_name]
+    with tempfile.TemporaryDirectory(prefix="otel-gpu-render-") as tmp:
+        sim.install(sim.FakeNvml(sim.load_scenario(str(write_scenario(node, Path(tmp))))))
+    nvml = Nvml()
+    nvml.init()
+    sampler = Sampler(nvml, all_sources(), read_timeout=10.0)
+    try:
+        snap = sampler.sample()
+        ours = CollectingReader()
+        provider = build_meter_provider(build_resource(environ={}), [ours], lambda: snap,
+                                        cardinality_limit=1_000_000)
+        data = ours.collect_now()
+        writers = Writers()
+        collection = Collection(data, [], writers)
+        styles = {name: negotiate(accept).style for name, accept in FORMATS.items()}
+        bodies = {name: collection.write(style) for name, style in styles.items()}  # warm
+        cache = RenderCache(lambda: collection, lambda: 1, max_age=1e9)
+        for accept in FORMATS.values():
+            cache.get(accept)
+        rounds: dict[str, dict[str, list[float]]] = {
+            name: {"write": [], "gzip": [], "scrape": []} for name in FORMATS}
+        for _ in range(repeat):
+            for name, accept in FORMATS.items():
+                style, body = styles[name], bodies[name]
+                rounds[name]["write"].append(cpu_ms(lambda s=style: writers(s).write(data), 1))
+                rounds[name]["gzip"].append(cpu_ms(lambda b=body: gzip.compress(b, 5), 1))
+                start = time.process_time()
+                for _ in range(scrapes):
+                    cache.get(accept)
+                rounds[name]["scrape"].append(
+                    (time.process_time() - start) / scrapes * 1e6)
+        provider.shutdown()
+        return {name: {**{k: statistics.median(v) for k, v in r.items()},
+                       "bytes": float(len(bodies[name]))} for name, r in rounds.items()}
+    finally:
+        sampler.close()
+        nvml.shutdown()
+        sim.uninstall()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", type=node_list, default="gpus-8,gpus-64,gpus-256")
     parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--formats", action="store_true",
+                        help="measure the negotiated exposition formats (see formats())")
     args = parser.parse_args(argv)
+    if args.formats:
+        print("| node | format | write (ms) | gzip (ms) | cached scrape (us) | body (KiB) |")
+        print("|---|---|---|---|---|---|")
+        for name in args.configs:
+            for fmt, m in formats(name, args.repeat).items():
+                print(f"| {name} | {fmt} | {m['write']:.2f} | {m['gzip']:.2f} "
+                      f"| {m['scrape']:.1f} | {m['bytes'] / 1024:.0f} |")
+                sys.stdout.flush()
+        return 0
     print("| node | " + " | ".join(STAGES) + " | render / promclient | cycle / promclient |")
     print("|---" * (len(STAGES) + 3) + "|")
     for name in args.configs:

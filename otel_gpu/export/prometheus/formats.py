@@ -20,6 +20,7 @@ A :class:`Format` is what one response is: the bytes depend only on its
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -104,9 +105,13 @@ def _format(media: str, params: dict[str, str]) -> Format | None:
     return None
 
 
+@functools.lru_cache(maxsize=64)
 def negotiate(accept: str | None) -> Format:
     """The format to serve for an ``Accept`` header: the acceptable entry with the highest q
-    (the first on a tie) that names one served here; text 0.0.4 when none does."""
+    (the first on a tie) that names one served here; text 0.0.4 when none does.
+
+    Remembered for the last 64 headers: a scraper sends the same one every time, so a
+    scrape pays a look-up, not a parse."""
     if not accept:
         return TEXT_0_0_4
     best: Format | None = None
