@@ -26,8 +26,8 @@ Each server is started once per phase, each repetition:
 
 - *cached*: sampling once (``--interval 1h``); a few clients scrape one
   request at a time per connection, timing each request, for ``--seconds``:
-  scrape latency, server CPU per scrape (utime + stime from
-  ``/proc/PID/stat``), resident memory (VmRSS), time to ready (from the start
+  scrape latency, server CPU per scrape (from the process's POSIX CPU clock,
+  in nanoseconds with ended threads included; ``/proc`` where it cannot be read), resident memory (VmRSS), time to ready (from the start
   of the process to ``/readyz`` 200, the first ``/metrics`` 200 for the
   baselines, the first body holding every GPU for nvitop-exporter), and the
   body's size, plain and as served with ``Accept-Encoding: gzip``;
@@ -36,8 +36,8 @@ Each server is started once per phase, each repetition:
   new sample (the one that first sees ``otel_gpu_samples_total`` move, or
   nvitop-exporter's host uptime, which it sets first in each sample) and of
   every scrape in the phase; then as many intervals again with nobody
-  scraping: server CPU per cycle (that window's CPU per sample, from the
-  threads' nanosecond counters: sampling and, for the collector, the render on
+  scraping: server CPU per cycle (that window's CPU per sample, from the same
+  clock: sampling and, for the collector, the render on
   publishing); NVML calls per GPU per sample counted at the library (otel-gpu
   and nvitop-exporter), over the samples begun in that quiet window (after
   the first sample, which also discovers the GPUs), and otel-gpu's own count
@@ -63,6 +63,8 @@ in the tests; ``--quick`` (one small run) is what the test suite runs.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import gzip
 import http.client
 import json
@@ -95,6 +97,8 @@ __all__ = ["FIGURES", "KINDS", "spread", "table"]  # their home is benchmarks.re
 ROOT = Path(__file__).resolve().parents[1]
 _SERVING = re.compile(r"serving metrics on https?://[^:]+:(\d+)/metrics")
 _TICK = os.sysconf("SC_CLK_TCK")
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True) \
+    if os.name == "posix" else None
 SAMPLES = "otel_gpu_samples_total"
 HANDWRITTEN = "handwritten"
 
@@ -123,15 +127,34 @@ def thread_cpu(pid: int) -> tuple[frozenset[str], float] | None:
     return frozenset(tids), total / 1e9
 
 
-def window_cpu(pid: int) -> tuple[tuple[frozenset[str], float] | None, float]:
-    """Both CPU clocks of ``pid`` now, for :func:`window_seconds`."""
-    return thread_cpu(pid), cpu_seconds(pid)
+def process_cpu(pid: int) -> float | None:
+    """The CPU seconds of a whole process from its POSIX CPU clock: nanoseconds, and the
+    threads that ended included (``/proc`` has them only in 10 ms ticks); None where the
+    clock cannot be read."""
+    clock = ctypes.c_int()
+    if _LIBC is None or _LIBC.clock_getcpuclockid(pid, ctypes.byref(clock)) != 0:
+        return None
+    try:
+        return time.clock_gettime(clock.value)
+    except OSError:
+        return None
 
 
-def window_seconds(pid: int, start: tuple[tuple[frozenset[str], float] | None, float]) -> float:
-    """CPU seconds since ``start``: from the threads' counters when every thread there at the
-    start is still there (an ended thread takes its time with it), else from the ticks."""
-    fine, ticks = window_cpu(pid)
+CpuMark = tuple[tuple[frozenset[str], float] | None, float, float | None]
+
+
+def window_cpu(pid: int) -> CpuMark:
+    """The CPU clocks of ``pid`` now, for :func:`window_seconds`."""
+    return thread_cpu(pid), cpu_seconds(pid), process_cpu(pid)
+
+
+def window_seconds(pid: int, start: CpuMark) -> float:
+    """CPU seconds since ``start``: from the process's CPU clock where it can be read, else
+    from the threads' counters when every thread there at the start is still there (an
+    ended thread takes its time with it), else from the ticks."""
+    fine, ticks, clock = window_cpu(pid)
+    if clock is not None and start[2] is not None:
+        return clock - start[2]
     if fine is not None and start[0] is not None and start[0][0] <= fine[0]:
         return fine[1] - start[0][1]
     return ticks - start[1]
@@ -438,9 +461,9 @@ class Bench:
             port = server.port
             assert port is not None
             fetch(port)  # one render paid before the phase, where any server would
-            cpu0 = cpu_seconds(server.proc.pid)
+            cpu0 = window_cpu(server.proc.pid)
             clients = scrape_for(port, s.seconds, s.clients, 0.0, None)
-            cpu = cpu_seconds(server.proc.pid) - cpu0
+            cpu = window_seconds(server.proc.pid, cpu0)
             latencies = [x.latency for c in clients for x in c.scrapes]
             body = fetch(port)
             served = fetch(port, {"Accept-Encoding": "gzip"})
