@@ -157,6 +157,11 @@ class Config:
         optional_text, None, "FILE",
         "TLS and basic auth for the endpoint: a Prometheus exporter web config file "
         "(tls_server_config, basic_auth_users)")
+    prometheus_utf8_names: bool = setting(
+        parse_bool, False, _BOOL,
+        "serve the OpenTelemetry names untranslated (hw.gpu.utilization) to a scraper that "
+        "allows UTF-8 names; off, it gets the underscore names (hw_gpu_utilization) "
+        "the dashboards and alert rules use, as every other scraper does", serve_only=True)
     health_listen: tuple[str, int] | None = setting(
         optional(parse_listen), None, "HOST:PORT",
         "a second, plain-HTTP address serving only /healthz and /readyz, for probes that "

@@ -38,7 +38,8 @@ FORMATS = {
 def h100(tmp_path_factory):
     """One sample of h100x8 (no second one for an hour), OpenTelemetry and dcgm names."""
     proc = CollectorProcess(serve_args("--simulate", "h100x8", "--naming", "otel,dcgm",
-                                       "--node-name", "gpu-node-1", interval="1h"))
+                                       "--node-name", "gpu-node-1",
+                                       "--prometheus-utf8-names", "true", interval="1h"))
     try:
         proc.wait_serving()
         proc.metrics()  # the first sample is out
@@ -96,6 +97,16 @@ def test_allow_utf8_keeps_the_semantic_convention_names(h100):
         assert families["otel_gpu.build.info"].samples[0].value == 1.0
 
 
+def test_prometheus_3_gets_the_underscore_names_by_default(collector):
+    """Its default Accept allows UTF-8 first; the dashboards and rules need the underscore
+    names, so only ``prometheus_utf8_names`` hands it the OpenTelemetry ones."""
+    proc = collector("--simulate", "h100x8")
+    proc.metrics()
+    content_type, text = _scrape(proc, FORMATS["openmetrics-1.0.0-allow-utf-8"])
+    assert content_type.endswith("; escaping=underscores")
+    assert "\nhw_gpu_utilization{" in text and '"hw.gpu.utilization"' not in text
+
+
 def test_dots_and_values_escape_the_semantic_convention_names(h100):
     families = {f.name for f in _families("text", _scrape(h100, FORMATS["text-1.0.0-dots"])[1])}
     assert {"hw_dot_gpu_dot_utilization", "DCGM__FI__DEV__GPU__UTIL"} <= families
@@ -146,7 +157,8 @@ def _normalised(text: str) -> str:
 @pytest.fixture(scope="module")
 def h100_otel():
     proc = CollectorProcess(serve_args("--simulate", "h100x8", "--naming", "otel",
-                                       "--node-name", "gpu-node-1", interval="1h"))
+                                       "--node-name", "gpu-node-1",
+                                       "--prometheus-utf8-names", "true", interval="1h"))
     try:
         proc.wait_serving()
         proc.metrics()

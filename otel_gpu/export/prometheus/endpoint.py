@@ -140,8 +140,11 @@ class RenderCache:
         clock: Callable[[], float] = time.monotonic,
         published: Callable[[], bool] | None = None,
         idle_after: float | None = None,
+        utf8_names: bool = False,
     ) -> None:
         self._render = render
+        self._utf8_names = utf8_names
+        """Whether a scraper allowing UTF-8 names gets the semantic-convention names."""
         self.published = published
         """Whether the first sample is out (None: always); until then a scrape is answered
         503, not an empty body that a scraper would take for a target without series."""
@@ -165,7 +168,7 @@ class RenderCache:
 
     def get(self, accept: str | None = None) -> Served:
         """The body for a scrape whose ``Accept`` header is ``accept`` (None: text 0.0.4)."""
-        fmt = negotiate(accept)
+        fmt = negotiate(accept, self._utf8_names)
         self._asked = asked = self._clock()  # one store of a float: no lock needed
         self._wanted[fmt.style] = asked
         cached = self._cached

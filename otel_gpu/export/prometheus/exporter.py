@@ -49,11 +49,13 @@ class PrometheusSettings:
 
     naming: tuple[str, ...]
     profiles: ProfileOptions
+    utf8_names: bool = False
 
     @classmethod
     def from_config(cls, config: Config) -> PrometheusSettings:
         """Read from the typed config in this one place."""
-        return cls(config.naming, ProfileOptions.from_config(config))
+        return cls(config.naming, ProfileOptions.from_config(config),
+                   config.prometheus_utf8_names)
 
 
 class Writers:
@@ -191,7 +193,8 @@ class PrometheusExporter:
         self.scrape = RenderCache(body, lambda: store.version, max_age=timings.render_max_age,
                                   clock=published.clock,
                                   published=lambda: store.latest is not None,
-                                  idle_after=timings.render_idle_after)
+                                  idle_after=timings.render_idle_after,
+                                  utf8_names=self.settings.utf8_names)
         return (RenderSubscriber(self.scrape),)
 
     def describe(self, served: Served) -> str:

@@ -82,10 +82,14 @@ def _parameters(entry: str) -> tuple[str, dict[str, str]]:
     return media.strip().lower(), found
 
 
-def _format(media: str, params: dict[str, str]) -> Format | None:
-    """The format an Accept entry names, or None when none served here matches it."""
+def _format(media: str, params: dict[str, str], utf8_names: bool) -> Format | None:
+    """The format an Accept entry names, or None when none served here matches it.
+
+    ``allow-utf-8`` allows UTF-8 names, it does not ask for them: unless ``utf8_names``
+    (the ``prometheus_utf8_names`` setting), such a scraper gets the underscore names the
+    dashboards and alert rules use (Prometheus 3 allows UTF-8 by default)."""
     escaping = params.get("escaping", UNDERSCORES)
-    if escaping not in ESCAPINGS:
+    if escaping not in ESCAPINGS or (escaping == ALLOW_UTF8 and not utf8_names):
         escaping = UNDERSCORES  # an unknown scheme: the default one, as the docs ask
     version = params.get("version", "")
     if media == OPENMETRICS:
@@ -106,7 +110,7 @@ def _format(media: str, params: dict[str, str]) -> Format | None:
 
 
 @functools.lru_cache(maxsize=64)
-def negotiate(accept: str | None) -> Format:
+def negotiate(accept: str | None, utf8_names: bool = False) -> Format:
     """The format to serve for an ``Accept`` header: the acceptable entry with the highest q
     (the first on a tie) that names one served here; text 0.0.4 when none does.
 
@@ -126,7 +130,7 @@ def negotiate(accept: str | None) -> Format:
             continue
         if not 0.0 < q <= 1.0 or q <= best_q:
             continue
-        found = _format(media, params)
+        found = _format(media, params, utf8_names)
         if found is not None:
             best, best_q = found, q
     return best or TEXT_0_0_4

@@ -39,7 +39,7 @@ PROTOBUF_FIRST = ("application/vnd.google.protobuf;proto=io.prometheus.client.Me
     ("application/json", "text/plain; version=0.0.4; charset=utf-8"),
     ("text/plain", "text/plain; version=0.0.4; charset=utf-8"),
     (PROMETHEUS_2_42, OM1.format("underscores")),
-    (PROMETHEUS_3, OM1.format("allow-utf-8")),
+    (PROMETHEUS_3, OM1.format("underscores")),  # UTF-8 allowed, not asked for: see below
     (PROTOBUF_FIRST, OM1.format("underscores")),  # not served: the next choice
     ("application/openmetrics-text;version=0.0.1",
      "application/openmetrics-text; version=0.0.1; charset=utf-8; escaping=underscores"),
@@ -60,6 +60,16 @@ PROTOBUF_FIRST = ("application/vnd.google.protobuf;proto=io.prometheus.client.Me
 ])
 def test_negotiation_picks_the_highest_q_served_here(accept, content_type):
     assert negotiate(accept).content_type == content_type
+
+
+def test_utf8_names_go_only_to_a_scraper_that_allows_them_when_the_setting_is_on():
+    """Prometheus 3 allows UTF-8 names by default: without ``prometheus_utf8_names`` it
+    gets the underscore names its dashboards and rules were written against."""
+    assert negotiate(PROMETHEUS_3, True).content_type == OM1.format("allow-utf-8")
+    assert negotiate(PROMETHEUS_3, False).content_type == OM1.format("underscores")
+    assert negotiate(PROMETHEUS_2_42, True).content_type == OM1.format("underscores")
+    dots = "text/plain;version=1.0.0;escaping=dots"  # asked for by name: served as asked
+    assert negotiate(dots, False).content_type.endswith("escaping=dots")
 
 
 def test_formats_that_write_the_same_bytes_share_a_style():
@@ -105,7 +115,7 @@ UTF8 = Format("text/plain", "1.0.0", ALLOW_UTF8).style
 def test_each_format_is_written_once_per_publication_and_only_when_asked(clock):
     key, written = {"seq": 1}, []
     cache = RenderCache(lambda: Source(key["seq"], written), lambda: key["seq"],
-                        max_age=100.0, clock=clock, idle_after=30.0)
+                        max_age=100.0, clock=clock, idle_after=30.0, utf8_names=True)
     first = cache.get(PROMETHEUS_2_42)
     assert first.body == b'demo_seq{style="underscores"} 1\n# EOF\n'
     assert gzip.decompress(first.gzipped) == first.body
@@ -133,7 +143,7 @@ def test_a_render_of_bytes_serves_text_0_0_4_whatever_is_asked(clock):
 
 @pytest.fixture
 def server():
-    cache = RenderCache(lambda: Source(1, []), lambda: 1, max_age=60.0)
+    cache = RenderCache(lambda: Source(1, []), lambda: 1, max_age=60.0, utf8_names=True)
     srv = MetricsServer(("127.0.0.1", 0), cache, lambda: (True, "ready"))
     srv.start()
     yield srv
