@@ -13,6 +13,7 @@ from otel_gpu.sample.library import Nvml
 from otel_gpu.snapshot import Device, DeviceSample, Pods
 from otel_gpu.wiring import Service, sample_once
 from otel_gpu.workload import PodRef
+from tests.support.omitted import reasons
 from tests.support.snapshots import snapshot
 
 T4_UUID = "GPU-5a5a7118-e550-79a1-597e-7631e126c57a"
@@ -220,8 +221,11 @@ def test_the_start_up_absence_line_on_a_mig_node_is_short_and_the_list_is_on_deb
     assert instances.startswith("39 value(s) on 4 MIG instances") and len(instances) <= 200
     assert "GI 14" not in info[0] and "row_remap_histogram" not in info[0]
     # what GPUs lack: in full, their instances counted
-    assert "fan (NOT_SUPPORTED) on 7 devices (GPU 0, GPU 0's 4 MIG instances, GPU 1" in info[0]
-    assert debug and "row_remap_histogram (NOT_SUPPORTED)" in " ".join(debug)
+    reason, where = reasons(info[0])["fan"]
+    assert reason == "NOT_SUPPORTED"
+    assert where.startswith("7 devices (GPU 0, GPU 0's 4 MIG instances, GPU 1")
+    assert debug and any(reasons(d).get("row_remap_histogram", ("",))[0] == "NOT_SUPPORTED"
+                         for d in debug)
     assert "GPU 0 MIG 1g.5gb GI 14" in " ".join(debug)
 
 

@@ -149,8 +149,21 @@ def _clauses(missing: Mapping[str, list[str]], *, brief: bool = False) -> list[s
         shown = ", ".join(names[:_NAMED]) + (
             f" and {len(names) - _NAMED} more" if len(names) > _NAMED else "")
         where = group[0] if len(group) == 1 else f"{len(group)} devices ({shown})"
-        clauses.append(f"{', '.join(whats)} on {where}")
+        clauses.append(f"{_by_reason(whats)} on {where}")
     return clauses
+
+
+def _by_reason(whats: list[str]) -> str:
+    """``a, b (NOT_SUPPORTED), c (NO_PERMISSION)`` for ``a (NOT_SUPPORTED)``, ``b
+    (NOT_SUPPORTED)``, ``c (NO_PERMISSION)``: each reason said once, after its values."""
+    groups: dict[str, list[str]] = {}
+    for what in whats:
+        name, _, reason = what.rpartition(" (")
+        if not (name and reason[:-1].isupper() and reason.endswith(")")):
+            name, reason = what, what  # a value shown, not an NVML reason: said alone
+        groups.setdefault(reason, []).append(name)
+    return ", ".join(", ".join(names) + ("" if names == [reason] else f" ({reason}")
+                     for reason, names in groups.items())
 
 
 def _brief(labels: tuple[str, ...]) -> list[str]:
@@ -168,7 +181,7 @@ def _instances_clause(missing: Mapping[str, list[str]]) -> str:
     """The MIG instances' part of the line: how many values on how many, the commonest few."""
     count = len({label for labels in missing.values() for label in labels})
     common = sorted(missing, key=lambda what: -len(missing[what]))
-    shown = ", ".join(common[:_SHOWN])
+    shown = _by_reason(common[:_SHOWN])
     rest = len(common) - _SHOWN
     more = f" and {rest} more (the list at debug level)" if rest > 0 else ""
     noun = "instance" if count == 1 else "instances"

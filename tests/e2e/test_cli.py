@@ -15,6 +15,7 @@ import pytest
 
 from tests.support.exposition import series
 from tests.support.nvml import first_sample_values
+from tests.support.omitted import reasons
 from tests.support.process import ROOT, http_get, run_cli, wait_until
 
 H100_MEMORY_TOTAL = 85520809984
@@ -118,10 +119,10 @@ def test_unsupported_field_has_no_series_and_is_logged_once(collector):
     assert series(text, "hw_temperature_celsius", hw_sensor_location="gpu")
     assert series(text, "hw_temperature_celsius", hw_sensor_location="memory") == []
     assert series(text, "nvidia_gpu_fan_speed") == []
-    lines = [ln for ln in proc.lines
-             if "not available" in ln and "temp.memory (NOT_SUPPORTED)" in ln]
+    lines = [ln for ln in proc.lines if "not available" in ln
+             and reasons(ln).get("temp.memory", ("",))[0] == "NOT_SUPPORTED"]
     assert len(lines) == 1, proc.log  # one line for the node, not one per GPU
-    assert "on 2 devices (GPU 0, GPU 1)" in lines[0], proc.log
+    assert reasons(lines[0])["temp.memory"][1] == "2 devices (GPU 0, GPU 1)", proc.log
 
 
 @pytest.mark.slow  # at scale (thousands of pods, hundreds of GPUs, bursts): not in the quick loop

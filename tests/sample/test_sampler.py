@@ -12,6 +12,7 @@ from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import COMMON_XIDS, Sampler, mig_profile, unknown_uuid
 from otel_gpu.snapshot import FAILED, OK, PREDICTED_FAILURE
 from tests.support.nvml import SOURCES
+from tests.support.omitted import reasons
 from tests.support.process import wait_until
 
 
@@ -88,8 +89,8 @@ def test_unsupported_values_are_omitted_logged_once_and_not_asked_again(driver, 
     values = snap.devices[0].values
     assert "temp.memory" not in values and "fan" not in values
     assert "temp.gpu" in values and "energy" in values
-    lines = [r.getMessage() for r in caplog.records
-             if "temp.memory (NOT_SUPPORTED)" in r.getMessage()]
+    lines = [r.getMessage() for r in caplog.records if "not available" in r.getMessage()
+             and reasons(r.getMessage()).get("temp.memory", ("",))[0] == "NOT_SUPPORTED"]
     assert len(lines) == 1
     assert lib.calls["nvmlDeviceGetFanSpeed"] == 2  # once per GPU, then never again
 
@@ -101,8 +102,8 @@ def test_unsupported_values_are_one_line_for_the_node_naming_the_devices(driver,
         sampler.sample()
     lines = [r.getMessage() for r in caplog.records if "not available" in r.getMessage()]
     assert len(lines) == 1, lines  # not one per GPU, and not again on later samples
-    assert "fan (NOT_SUPPORTED)" in lines[0]
-    assert "on 8 devices (GPU 0, GPU 1, GPU 2, GPU 3, GPU 4, GPU 5, GPU 6, GPU 7)" in lines[0]
+    assert reasons(lines[0])["fan"] == (
+        "NOT_SUPPORTED", "8 devices (GPU 0, GPU 1, GPU 2, GPU 3, GPU 4, GPU 5, GPU 6, GPU 7)")
 
 
 def test_values_missing_on_some_devices_name_only_those(driver, caplog):
@@ -123,10 +124,7 @@ def test_values_missing_on_some_devices_name_only_those(driver, caplog):
     sampler.sample()
     lines = [r.getMessage() for r in caplog.records if "not available" in r.getMessage()]
     assert len(lines) == 1, lines
-    clauses = lines[0].removeprefix("not available, omitted from now on: ").split("; ")
-    power = [c for c in clauses if "power (NOT_SUPPORTED)" in c.split(", ")
-             or c.startswith("power (NOT_SUPPORTED)")]
-    assert power == ["power (NOT_SUPPORTED) on GPU 2"], lines[0]
+    assert reasons(lines[0])["power"] == ("NOT_SUPPORTED", "GPU 2"), lines[0]
 
 
 def test_a_value_missing_on_many_devices_is_one_short_line(driver, caplog):
