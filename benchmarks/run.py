@@ -27,10 +27,11 @@ Each server is started once per phase, each repetition:
 - *cached*: sampling once (``--interval 1h``); a few clients scrape one
   request at a time per connection, timing each request, for ``--seconds``:
   scrape latency, server CPU per scrape (from the process's POSIX CPU clock,
-  in nanoseconds with ended threads included; ``/proc`` where it cannot be read), resident memory (VmRSS), time to ready (from the start
-  of the process to ``/readyz`` 200, the first ``/metrics`` 200 for the
-  baselines, the first body holding every GPU for nvitop-exporter), and the
-  body's size, plain and as served with ``Accept-Encoding: gzip``;
+  in nanoseconds with ended threads included; ``/proc`` where it cannot be
+  read), resident memory (VmRSS), time to ready (from the start of the process
+  to ``/readyz`` 200, the first ``/metrics`` 200 for the baselines, the first
+  body holding every GPU for nvitop-exporter), and the body's size, plain and
+  as served with ``Accept-Encoding: gzip``;
 - *cycle*: sampling every ``--interval`` seconds while the same clients scrape
   with a pause between requests: the latency of the first scrape after each
   new sample (the one that first sees ``otel_gpu_samples_total`` move, or

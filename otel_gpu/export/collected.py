@@ -10,6 +10,7 @@ written from one collection of one snapshot.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry.sdk.metrics import (
@@ -48,14 +49,24 @@ class CollectingReader(MetricReader):
         OTLP push; without one, a collection is let go once written)."""
         self._lock = threading.Lock()
         self.collections = 0
-        """How many times the SDK was collected through this reader."""
+        """How many collections were made through this reader."""
+        self._direct: Callable[[], MetricsData | None] | None = None
+
+    def collect_with(self, collect: Callable[[], MetricsData | None]) -> None:
+        """Collect through ``collect`` (the provider's
+        :class:`~otel_gpu.instrument.direct.DirectCollection`, which makes the SDK's cumulative
+        collection without its per-point work) instead of the SDK."""
+        self._direct = collect
 
     def collect_now(self, timeout_millis: float = COLLECT_TIMEOUT_MS) -> MetricsData | None:
         """Collect now; the collection (None while no instrument has a point)."""
         with self._lock:
-            self._incoming = None
-            self.collect(timeout_millis=timeout_millis)
-            data, self._incoming = self._incoming, None
+            if self._direct is not None:
+                data = self._direct()
+            else:
+                self._incoming = None
+                self.collect(timeout_millis=timeout_millis)
+                data, self._incoming = self._incoming, None
             self._latest = data if self.keep else None
             self.collections += 1
             return data

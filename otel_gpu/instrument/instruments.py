@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
+from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
@@ -54,6 +55,9 @@ class Instruments:
                                dict[str, str | int]] = {}
         self._sets: dict[tuple, _AttributeSets] = {}
         self._per_snapshot: tuple[Snapshot | None, dict[str, _AttributeSets]] = (None, {})
+        self.registered: list[tuple[Any, Kind, Callable[[], Iterable[Observation]]]] = []
+        """Each instrument as the meter made it, its kind and its callback, in the order
+        registered (for :class:`otel_gpu.instrument.direct.DirectCollection`)."""
         for metric in catalog:
             self._register(meter, metric)
 
@@ -63,12 +67,13 @@ class Instruments:
             Kind.COUNTER: meter.create_observable_counter,
             Kind.UPDOWNCOUNTER: meter.create_observable_up_down_counter,
         }[metric.kind]
-        create(
+        instrument = create(
             metric.name,
             callbacks=[partial(self.observe, metric)],
             unit=metric.unit,
             description=metric.description,
         )
+        self.registered.append((instrument, metric.kind, partial(self.observe, metric)))
 
     def _base_attributes(
         self, device: Device, driver: str | None, numa: int | None

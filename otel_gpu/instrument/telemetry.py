@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
+from opentelemetry.sdk.metrics import Meter as SdkMeter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, MetricsData
 from opentelemetry.sdk.metrics.view import View
@@ -29,6 +30,7 @@ from otel_gpu import __version__
 from otel_gpu.instrument.attributes import ALL, DeviceAttributes
 from otel_gpu.instrument.cardinality import cardinality
 from otel_gpu.instrument.catalog import CATALOG
+from otel_gpu.instrument.direct import CollectsDirectly, DirectCollection
 from otel_gpu.instrument.instruments import Instruments
 from otel_gpu.instrument.schema import Metric
 from otel_gpu.snapshot import Snapshot
@@ -89,7 +91,13 @@ def build_meter_provider(
     provider = MeterProvider(metric_readers=list(readers), resource=resource, views=views,
                              shutdown_on_exit=False)
     meter = provider.get_meter(SCOPE, __version__)
-    Instruments(meter, latest, catalog=catalog, clock=clock, device_attributes=device_attributes)
+    instruments = Instruments(meter, latest, catalog=catalog, clock=clock,
+                              device_attributes=device_attributes)
+    if isinstance(meter, SdkMeter):  # not the no-op one of OTEL_SDK_DISABLED
+        for reader in readers:
+            if isinstance(reader, CollectsDirectly):
+                reader.collect_with(DirectCollection(resource, instruments.registered,
+                                                     cardinality_limit).collect)
     return provider
 
 

@@ -1,0 +1,156 @@
+"""One cumulative collection of the catalog's instruments, without the SDK's per-point path.
+
+The SDK turns every observation into a Measurement whose attributes it cleans,
+copies and hashes, then aggregates it, once per point and collection: at one
+GPU that is most of a sample's CPU, and the attribute sets it works on change
+only when devices or pods do. :class:`DirectCollection` makes what the SDK's
+collection for a cumulative reader makes (the same metrics, in the same
+order, with the same points, attribute objects, start times and overflow
+series) from the same callbacks, keeping each series' attributes and start
+time from the collection that first saw it. It serves the reader the
+exposition and the OTLP push are written from
+(:class:`otel_gpu.export.collected.CollectingReader`); any other reader (OTLP
+with delta temporality) still collects through the SDK.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from time import time_ns
+from typing import Any, Protocol, runtime_checkable
+
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    Gauge,
+    Metric,
+    MetricsData,
+    NumberDataPoint,
+    ResourceMetrics,
+    ScopeMetrics,
+    Sum,
+)
+from opentelemetry.sdk.resources import Resource
+
+from otel_gpu.instrument.schema import Kind
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CARDINALITY_LIMIT = 2000
+"""The SDK's limit of attribute sets per metric and reader when no view sets one."""
+OVERFLOW: dict[str, Any] = {"otel.metric.overflow": True}
+"""The attributes of the series the SDK folds sets past the limit into."""
+_OVERFLOW_KEY = (("otel.metric.overflow", True),)
+
+Observe = Callable[[], Iterable[Any]]
+"""One instrument's callback: its observations (``value``, ``attributes``) now."""
+
+
+@runtime_checkable
+class CollectsDirectly(Protocol):
+    """A reader that collects through a :class:`DirectCollection` once it is handed one."""
+
+    def collect_with(self, collect: Callable[[], MetricsData | None]) -> None: ...
+
+
+class _Stream:
+    """One instrument's series, in the order they were first seen."""
+
+    __slots__ = ("instrument", "kind", "observe", "series")
+
+    def __init__(self, instrument: Any, kind: Kind, observe: Observe) -> None:
+        self.instrument = instrument
+        self.kind = kind
+        self.observe = observe
+        self.series: dict[tuple, tuple[dict[str, Any], int]] = {}
+        """key -> (the series' attributes, its start time), first seen first."""
+
+
+class DirectCollection:
+    """The cumulative collection of ``instruments`` (each an SDK instrument, the kind of its
+    catalog row, and its callback), as the SDK makes it for a cumulative reader."""
+
+    def __init__(self, resource: Resource, instruments: Sequence[tuple[Any, Kind, Observe]],
+                 cardinality_limit: int | None = None) -> None:
+        self._resource = resource
+        self._streams = [_Stream(i, kind, observe) for i, kind, observe in instruments]
+        self._limit = DEFAULT_CARDINALITY_LIMIT if cardinality_limit is None \
+            else cardinality_limit
+        self._seen: dict[int, _Stream] = {}
+        """The streams that observed something, in the order of their first observation (the
+        SDK's order of metrics)."""
+        self._lock = threading.Lock()
+
+    def collect(self) -> MetricsData | None:
+        """Every instrument's callback once; None while none has a point."""
+        with self._lock:
+            now = time_ns()
+            values: dict[int, dict[tuple, float]] = {}
+            for index, stream in enumerate(self._streams):
+                observed = self._observe(stream, now)
+                if observed is not None:
+                    values[index] = observed
+                    self._seen.setdefault(index, stream)
+            collected = time_ns()
+            scopes: dict[Any, list[Metric]] = {}
+            for index, stream in self._seen.items():
+                got = values.get(index)
+                if not got:
+                    continue
+                gauge = stream.kind is Kind.GAUGE
+                points = [NumberDataPoint(attributes=attrs, exemplars=[],
+                                          # a gauge has none, as the SDK leaves it
+                                          start_time_unix_nano=None if gauge  # type: ignore[arg-type]
+                                          else start,
+                                          time_unix_nano=collected, value=got[key])
+                          for key, (attrs, start) in stream.series.items() if key in got]
+                instrument = stream.instrument
+                data: Gauge | Sum
+                if gauge:
+                    data = Gauge(data_points=points)
+                else:
+                    data = Sum(data_points=points,
+                               aggregation_temporality=AggregationTemporality.CUMULATIVE,
+                               is_monotonic=stream.kind is Kind.COUNTER)
+                metric = Metric(name=instrument.name, description=instrument.description,
+                                unit=instrument.unit, data=data)
+                scopes.setdefault(instrument.instrumentation_scope, []).append(metric)
+            if not scopes:
+                return None
+            return MetricsData(resource_metrics=[ResourceMetrics(
+                resource=self._resource,
+                scope_metrics=[ScopeMetrics(scope=scope, metrics=metrics,
+                                            schema_url=scope.schema_url)
+                               for scope, metrics in scopes.items()],
+                schema_url=self._resource.schema_url)])
+
+    def _observe(self, stream: _Stream, now: int) -> dict[tuple, float] | None:
+        """This collection's value per series key (None: no observation); a callback that
+        raises is logged and counts as none, as the SDK does."""
+        enabled = getattr(stream.instrument, "_is_enabled", None)
+        if enabled is not None and not enabled():
+            return None
+        got: dict[tuple, float] = {}
+        series, adds = stream.series, stream.kind is not Kind.GAUGE
+        try:
+            for observation in stream.observe():
+                value = observation.value
+                if not math.isfinite(value):
+                    log.warning("Callback returned a non-finite value %s for instrument %s, "
+                                "ignoring measurement.", value, stream.instrument.name)
+                    continue
+                attrs = observation.attributes or {}
+                key = tuple(sorted(attrs.items()))
+                if key not in series:
+                    if len(series) >= self._limit:
+                        key = _OVERFLOW_KEY
+                        if key not in series:
+                            series[key] = (dict(OVERFLOW), now)
+                    else:
+                        series[key] = (dict(attrs), now)
+                got[key] = got.get(key, 0) + value if adds else value
+        except Exception:
+            log.exception("Callback failed for instrument %s.", stream.instrument.name)
+        return got or None

@@ -1,0 +1,159 @@
+"""The direct collection is the SDK's cumulative collection, point for point.
+
+Both are made side by side from one MeterProvider: a CollectingReader (direct) and a
+cumulative reader the SDK collects, on the same snapshots, through pods coming and going,
+a metric appearing late, a failing callback, non-finite values and the overflow series.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricsData
+
+from benchmarks.scenarios import Node, gpu_uuids, time_sliced_pods, write_scenario
+from otel_gpu.export.collected import CollectingReader
+from otel_gpu.instrument.catalog import CATALOG
+from otel_gpu.instrument.direct import DirectCollection
+from otel_gpu.instrument.schema import Kind, Metric
+from otel_gpu.instrument.telemetry import build_meter_provider, build_resource
+
+
+def _shape(data: MetricsData | None) -> list:
+    """Everything a writer reads, in order; start times as whether they are set."""
+    if data is None:
+        return []
+    out: list = []
+    for rm in data.resource_metrics:
+        out.append(("resource", dict(rm.resource.attributes), rm.schema_url))
+        for sm in rm.scope_metrics:
+            out.append(("scope", sm.scope, sm.schema_url))
+            for m in sm.metrics:
+                kind = type(m.data).__name__
+                extra = (m.data.aggregation_temporality, m.data.is_monotonic) \
+                    if kind == "Sum" else ()
+                out.append((m.name, m.description, m.unit, kind, *extra, [
+                    (list(p.attributes.items()), p.value, p.start_time_unix_nano is None,
+                     p.exemplars) for p in m.data.data_points]))
+    return out
+
+
+def _pair(latest, catalog=CATALOG, limit=None):
+    direct, sdk = CollectingReader(), InMemoryMetricReader()
+    provider = build_meter_provider(build_resource(environ={}), [direct, sdk], latest,
+                                    clock=lambda: 50.0, catalog=catalog,
+                                    cardinality_limit=limit)
+    return provider, direct, sdk
+
+
+def test_the_catalog_on_a_simulated_node_with_pods_coming_and_going(fake_nvml, tmp_path):
+    from otel_gpu.config import load
+    from otel_gpu.sample.library import Nvml
+    from otel_gpu.wiring import Service
+    from tests.support.kubelet import FakeKubelet
+
+    scenario = write_scenario(Node("mixed", 4, mig=2), tmp_path)
+    fake_nvml(scenario)
+
+    kubelet = FakeKubelet(str(tmp_path / "kubelet.sock"))
+    uuids = gpu_uuids(scenario)
+    kubelet.set_pods(time_sliced_pods(uuids, 6))
+    kubelet.start()
+    config = load({"listen": "127.0.0.1:0", "kubelet_socket": str(kubelet.socket_path),
+                   "kubelet_interval": "1h"}, environ={})
+    service = Service(config, Nvml(), environ={})
+    provider = None
+    try:
+        service.nvml.init()
+        assert service.enricher is not None
+        state = {"snap": None}
+        provider, direct, sdk = _pair(lambda: state["snap"])
+        assert direct.collect_now() is None and sdk.get_metrics_data() is None
+        for pods in (6, 0, 3, 6):
+            kubelet.set_pods(time_sliced_pods(uuids, pods))
+            service.enricher.watcher.poll_once()
+            service.pipeline.publish_sample(service.sampler.sample())
+            state["snap"] = service.store.latest
+            first, second = direct.collect_now(), sdk.get_metrics_data()
+            assert _shape(first) == _shape(second)
+            assert len(_shape(first)) > 50
+            # the same attribute objects every collection, as the SDK hands back
+            again = direct.collect_now()
+            assert again is not None and first is not None
+            assert [p.attributes for m in again.resource_metrics[0].scope_metrics[0].metrics
+                    for p in m.data.data_points][:5] == [
+                p.attributes for m in first.resource_metrics[0].scope_metrics[0].metrics
+                for p in m.data.data_points][:5]
+            sdk.get_metrics_data()
+    finally:
+        if provider is not None:
+            provider.shutdown()
+        service.server.server_close()
+        service.telemetry.shutdown(0.5)
+        service.sampler.close()
+        kubelet.close()
+
+
+def _rows(observe):
+    return (Metric("demo.late", Kind.GAUGE, "1", "appears late", per_node=observe("late")),
+            Metric("demo.sum", Kind.COUNTER, "By", "sums twice", per_node=observe("sum")),
+            Metric("demo.updown", Kind.UPDOWNCOUNTER, "1", "up and down",
+                   per_node=observe("updown")),
+            Metric("demo.broken", Kind.GAUGE, "1", "raises halfway",
+                   per_node=observe("broken")))
+
+
+def test_order_duplicates_failures_non_finite_values_and_overflow(caplog):
+    state = {"round": 0}
+
+    def observe(name):
+        def points(snapshot, now):
+            r = state["round"]
+            if name == "late":
+                if r >= 1:
+                    yield from ((float(r + i), {"i": str(i)}) for i in range(r + 2))
+            elif name == "sum":
+                yield 1.0, {"a": "x"}
+                yield 2.5, {"a": "x"}  # the same series twice: a counter adds them
+                yield float("nan"), {"a": "nan"}
+                yield float(r), {"a": str(r % 2), "b": r}
+            elif name == "updown":
+                yield -float(r), {}
+            else:
+                yield 1.0, {"k": "v"}
+                if r % 2:
+                    raise RuntimeError("a bug")
+                yield 2.0, {"k": "w"}
+        return points
+
+    provider, direct, sdk = _pair(lambda: object(), catalog=_rows(observe), limit=3)
+    try:
+        with caplog.at_level(logging.ERROR):
+            for r in range(5):
+                state["round"] = r
+                assert _shape(direct.collect_now()) == _shape(sdk.get_metrics_data()), r
+        shape = _shape(direct.collect_now())
+        names = [row[0] for row in shape if row[0] not in ("resource", "scope")]
+        assert names[-1] == "demo.late"  # first seen after the others, placed after them
+        late = next(row for row in shape if row[0] == "demo.late")
+        assert ([("otel.metric.overflow", True)], 8.0, False, []) not in late[-1]
+        assert any(attrs == [("otel.metric.overflow", True)] for attrs, *_ in late[-1])
+        assert "Callback failed for instrument demo.broken" in caplog.text
+    finally:
+        provider.shutdown()
+
+
+def test_without_points_there_is_no_collection():
+    collection = DirectCollection(build_resource(environ={}), [])
+    assert collection.collect() is None
+
+
+def test_a_disabled_sdk_leaves_the_reader_on_the_sdk(monkeypatch):
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    reader = CollectingReader()
+    provider = build_meter_provider(build_resource(environ={}), [reader], lambda: None)
+    try:
+        assert reader._direct is None
+        assert reader.collect_now() is None
+    finally:
+        provider.shutdown()
