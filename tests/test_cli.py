@@ -59,7 +59,7 @@ def test_check_lists_only_the_flags_it_uses(capsys):
         "listen", "health_listen", "interval", "node_name", "kubelet_interval",
         "kubelet_grace_period", "dcgm_hostname_label", "dcgm_shared_gpu_copies", "dcgm_devices",
         "dcgm_pod_label_style", "dcgm_names", "pod_identity", "otlp_compression", "otlp_timeout",
-        "otlp_interval", "otlp_temporality", "device_attributes"}
+        "otlp_interval", "otlp_temporality", "device_attributes", "prometheus_utf8_names"}
     text = _help(capsys, "check")
     for flag in ("--listen", "--health-listen", "--interval", "--otlp-interval",
                  "--dcgm-devices", "--kubelet-grace-period"):

@@ -5,11 +5,9 @@ values from OpenMetrics as from text 0.0.4."""
 
 from __future__ import annotations
 
-import http.server
 import os
 import re
 import threading
-import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -18,7 +16,11 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as read_text
 
 from tests.support.process import CollectorProcess, serve_args
-from tests.support.prometheus_server import PrometheusServer, skip_unless_available
+from tests.support.prometheus_server import (
+    AsText004Proxy,
+    TwoJobs,
+    skip_unless_available,
+)
 
 GOLDEN = Path(__file__).parent / "golden"
 OPENMETRICS = "application/openmetrics-text;version=1.0.0"
@@ -180,55 +182,13 @@ def test_golden_exposition_in_each_format(h100_otel, label):
 # --- a real Prometheus ----------------------------------------------------------------
 
 
-class _AsText004(http.server.ThreadingHTTPServer):
-    """A proxy that asks the collector for text 0.0.4 whatever Prometheus accepts."""
-
-    def __init__(self, upstream: str) -> None:
-        upstream_url = upstream
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                request = urllib.request.Request(upstream_url + self.path,
-                                                 headers={"Accept": "text/plain;version=0.0.4"})
-                with urllib.request.urlopen(request, timeout=10) as answer:
-                    body, content_type = answer.read(), answer.headers["Content-Type"]
-                self.server.asked.append(self.headers.get("Accept", ""))  # type: ignore[attr-defined]
-                self.send_response(200)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.asked: list[str] = []
-
-
-class _TwoJobs(PrometheusServer):
-    """Scrapes the collector directly (job ``openmetrics``) and through the proxy (``text``)."""
-
-    def __init__(self, direct: str, proxied: str, **kw) -> None:
-        super().__init__([direct], **kw)
-        self.proxied = proxied
-
-    def config(self) -> dict:
-        config = super().config()
-        (job,) = config["scrape_configs"]
-        job["job_name"] = "openmetrics"
-        config["scrape_configs"].append({**job, "job_name": "text",
-                                         "static_configs": [{"targets": [self.proxied]}]})
-        return config
-
-
 @pytest.mark.slow
 def test_prometheus_stores_the_same_samples_from_openmetrics_as_from_text(h100, tmp_path):
     binary = skip_unless_available()
-    proxy = _AsText004(f"http://127.0.0.1:{h100.port}")
+    proxy = AsText004Proxy(f"http://127.0.0.1:{h100.port}")
     threading.Thread(target=proxy.serve_forever, daemon=True).start()
     try:
-        server = _TwoJobs(f"127.0.0.1:{h100.port}", f"127.0.0.1:{proxy.server_address[1]}",
+        server = TwoJobs(f"127.0.0.1:{h100.port}", f"127.0.0.1:{proxy.server_address[1]}",
                           binary=binary, workdir=tmp_path)
         with server:
             server.wait_for_query('count(up{job="openmetrics"} == 1) + count(up{job="text"} == 1)')

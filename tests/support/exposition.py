@@ -12,6 +12,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from otel_gpu.export.collected import CollectingReader
+from otel_gpu.export.prometheus.formats import Style
 from otel_gpu.export.prometheus.text import TextWriter
 
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)(?: \d+)?$")
@@ -86,3 +87,16 @@ class ExpositionTarget:
         self.server.shutdown()
         self.server.server_close()
         self._thread.join(5)
+
+
+class CountingCollection:
+    """A collection that counts what it writes, by style."""
+
+    def __init__(self, seq: int, written: list) -> None:
+        self.seq = seq
+        self.written = written
+
+    def write(self, style: Style) -> bytes:
+        self.written.append((self.seq, style))
+        tail = b"# EOF\n" if style.openmetrics else b""
+        return f"demo_seq{{style=\"{style.escaping}\"}} {self.seq}\n".encode() + tail

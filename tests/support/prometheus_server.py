@@ -16,6 +16,7 @@ samples appear about 5-6 s after start.  Wait for data with ``wait_for_query``.
 from __future__ import annotations
 
 import atexit
+import http.server
 import json
 import os
 import re
@@ -383,3 +384,45 @@ class PrometheusServer:
     def pid(self) -> int | None:
         """Process id while started, for tests that check nothing is left behind."""
         return None if self.proc is None else self.proc.pid
+
+
+class AsText004Proxy(http.server.ThreadingHTTPServer):
+    """A proxy that asks the collector for text 0.0.4 whatever Prometheus accepts."""
+
+    def __init__(self, upstream: str) -> None:
+        upstream_url = upstream
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                request = urllib.request.Request(upstream_url + self.path,
+                                                 headers={"Accept": "text/plain;version=0.0.4"})
+                with urllib.request.urlopen(request, timeout=10) as answer:
+                    body, content_type = answer.read(), answer.headers["Content-Type"]
+                self.server.asked.append(self.headers.get("Accept", ""))  # type: ignore[attr-defined]
+                self.send_response(200)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.asked: list[str] = []
+
+
+class TwoJobs(PrometheusServer):
+    """Scrapes the collector directly (job ``openmetrics``) and through the proxy (``text``)."""
+
+    def __init__(self, direct: str, proxied: str, **kw) -> None:
+        super().__init__([direct], **kw)
+        self.proxied = proxied
+
+    def config(self) -> dict:
+        config = super().config()
+        (job,) = config["scrape_configs"]
+        job["job_name"] = "openmetrics"
+        config["scrape_configs"].append({**job, "job_name": "text",
+                                         "static_configs": [{"targets": [self.proxied]}]})
+        return config

@@ -15,10 +15,10 @@ from otel_gpu.export.prometheus.formats import (
     UNDERSCORES,
     VALUES,
     Format,
-    Style,
     escape_name,
     negotiate,
 )
+from tests.support.exposition import CountingCollection
 from tests.support.process import http_get
 
 OM1 = "application/openmetrics-text; version=1.0.0; charset=utf-8; escaping={}"
@@ -95,26 +95,13 @@ def test_escaping_schemes(name, escaping, escaped):
     assert escape_name(name, escaping) == escaped
 
 
-class Source:
-    """A collection that counts what it writes, by style."""
-
-    def __init__(self, seq: int, written: list) -> None:
-        self.seq = seq
-        self.written = written
-
-    def write(self, style: Style) -> bytes:
-        self.written.append((self.seq, style))
-        tail = b"# EOF\n" if style.openmetrics else b""
-        return f"demo_seq{{style=\"{style.escaping}\"}} {self.seq}\n".encode() + tail
-
-
 OM = Format("application/openmetrics-text", "1.0.0").style
 UTF8 = Format("text/plain", "1.0.0", ALLOW_UTF8).style
 
 
 def test_each_format_is_written_once_per_publication_and_only_when_asked(clock):
     key, written = {"seq": 1}, []
-    cache = RenderCache(lambda: Source(key["seq"], written), lambda: key["seq"],
+    cache = RenderCache(lambda: CountingCollection(key["seq"], written), lambda: key["seq"],
                         max_age=100.0, clock=clock, idle_after=30.0, utf8_names=True)
     first = cache.get(PROMETHEUS_2_42)
     assert first.body == b'demo_seq{style="underscores"} 1\n# EOF\n'
@@ -143,7 +130,7 @@ def test_a_render_of_bytes_serves_text_0_0_4_whatever_is_asked(clock):
 
 @pytest.fixture
 def server():
-    cache = RenderCache(lambda: Source(1, []), lambda: 1, max_age=60.0, utf8_names=True)
+    cache = RenderCache(lambda: CountingCollection(1, []), lambda: 1, max_age=60.0, utf8_names=True)
     srv = MetricsServer(("127.0.0.1", 0), cache, lambda: (True, "ready"))
     srv.start()
     yield srv
