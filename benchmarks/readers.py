@@ -21,13 +21,11 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
-from benchmarks.scenarios import NODES, node_list, write_scenario
+from benchmarks.scenarios import node_list, simulated_nvml
 
 LAYOUTS = ("pool", "per-gpu", "inline")
 
@@ -35,7 +33,6 @@ LAYOUTS = ("pool", "per-gpu", "inline")
 def measure(node_name: str, rounds: int) -> dict[str, list[float]]:
     from otel_gpu import sim
     from otel_gpu.instrument.catalog import all_sources
-    from otel_gpu.sample.library import Nvml
     from otel_gpu.sample.sampler import Sampler
     from otel_gpu.sample.workers import DeviceWorker, Workers
 
@@ -44,11 +41,7 @@ def measure(node_name: str, rounds: int) -> dict[str, list[float]]:
                 errors: dict[int, BaseException] | None = None) -> dict[int, Any]:
             return {index: job(self.get(index)) for index, job in jobs.items()}
 
-    node = NODES[node_name]
-    with tempfile.TemporaryDirectory(prefix="otel-gpu-readers-") as tmp:
-        sim.install(sim.FakeNvml(sim.load_scenario(str(write_scenario(node, Path(tmp))))))
-    nvml = Nvml()
-    nvml.init()
+    nvml = simulated_nvml(node_name)
     gpus = nvml.module.nvmlDeviceGetCount()
     layouts = {"pool": Workers(time.monotonic), "per-gpu": Workers(time.monotonic, gpus),
                "inline": Inline(time.monotonic)}

@@ -32,13 +32,11 @@ import argparse
 import gzip
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from benchmarks.baselines import series_file
-from benchmarks.scenarios import NODES, node_list, write_scenario
+from benchmarks.scenarios import node_list, simulated_nvml
 
 STAGES = ("sample", "collect", "write", "write_exporter", "gzip", "otlp", "otlp_sdk",
           "promclient")
@@ -81,14 +79,9 @@ def measure(node_name: str, repeat: int) -> dict[str, float]:
     from otel_gpu.export.prometheus.text import TextWriter
     from otel_gpu.instrument.catalog import all_sources
     from otel_gpu.instrument.telemetry import build_meter_provider, build_resource
-    from otel_gpu.sample.library import Nvml
     from otel_gpu.sample.sampler import Sampler
 
-    node = NODES[node_name]
-    with tempfile.TemporaryDirectory(prefix="otel-gpu-render-") as tmp:
-        sim.install(sim.FakeNvml(sim.load_scenario(str(write_scenario(node, Path(tmp))))))
-    nvml = Nvml()
-    nvml.init()
+    nvml = simulated_nvml(node_name)
     sampler = Sampler(nvml, all_sources(), read_timeout=10.0)
     try:
         state = {"snap": sampler.sample()}
@@ -151,14 +144,9 @@ def formats(node_name: str, repeat: int, scrapes: int = 2000) -> dict[str, dict[
     from otel_gpu.export.prometheus.formats import negotiate
     from otel_gpu.instrument.catalog import all_sources
     from otel_gpu.instrument.telemetry import build_meter_provider, build_resource
-    from otel_gpu.sample.library import Nvml
     from otel_gpu.sample.sampler import Sampler
 
-    node = NODES[node_name]
-    with tempfile.TemporaryDirectory(prefix="otel-gpu-render-") as tmp:
-        sim.install(sim.FakeNvml(sim.load_scenario(str(write_scenario(node, Path(tmp))))))
-    nvml = Nvml()
-    nvml.init()
+    nvml = simulated_nvml(node_name)
     sampler = Sampler(nvml, all_sources(), read_timeout=10.0)
     try:
         snap = sampler.sample()

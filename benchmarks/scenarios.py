@@ -10,10 +10,14 @@ import argparse
 import copy
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from otel_gpu.sim.scenario import PROFILES_DIR
+
+if TYPE_CHECKING:
+    from otel_gpu.sample.library import Nvml
 
 MIG_INSTANCES = 7
 """Instances per GPU on the MIG node: seven ``1g.10gb``, an H100's most."""
@@ -103,6 +107,22 @@ def write_scenario(node: Node, directory: Path) -> Path:
     path = directory / f"{node.name}.yaml"
     path.write_text(yaml.safe_dump(scenario(node), sort_keys=False))
     return path
+
+
+def simulated_nvml(node_name: str) -> Nvml:
+    """NVML opened on ``node_name``'s simulated driver, installed under pynvml: what the
+    in-process benchmarks sample."""
+    import tempfile
+
+    from otel_gpu import sim
+    from otel_gpu.sample.library import Nvml
+
+    with tempfile.TemporaryDirectory(prefix="otel-gpu-bench-") as tmp:
+        sim.install(sim.FakeNvml(sim.load_scenario(str(write_scenario(NODES[node_name],
+                                                                        Path(tmp))))))
+    nvml = Nvml()
+    nvml.init()
+    return nvml
 
 
 def gpu_uuids(path: Path) -> list[str]:
