@@ -14,14 +14,17 @@ names sanitised (``[^a-zA-Z0-9:]`` runs to ``_``, a leading digit to ``_``)
 and suffixed with the mapped unit; a monotonic sum is a counter with
 ``_total``; a non-monotonic cumulative sum, and a gauge, is a gauge; label
 names likewise (``:`` replaced too), non-string values written as
-JSON; every series of a family carries the family's whole label set (``""``
-where a point lacks one), sorted by name; ``target_info`` holds the first
+JSON; labels sorted by name. One departure: the exporter gives every series of a
+family the family's whole label set, ``""`` where a point lacks one; this writer
+leaves an empty label out, which Prometheus stores the same way (an empty label is
+no label) at a fraction of the bytes (``container_name=""`` on every GPU no
+container holds); ``target_info`` holds the first
 collection's Resource; scope labels (``otel_scope_*``) only when asked.
 Values are written as the Prometheus Python client writes them. Histograms
 and exponential histograms are not written (the collector has none); one is
 logged and left out. Neither prometheus_client nor the exporter is imported
 at run time; ``tests/export/prometheus/test_text.py`` holds the writer to
-the real exporter's output, byte for byte.
+the real exporter's output, byte for byte once its empty labels are dropped.
 """
 
 from __future__ import annotations
@@ -174,9 +177,10 @@ def written_name(name: str) -> str:
 
 
 def _braces(names: tuple[str, ...], values: Iterable[str], quoted: bool = False) -> str:
-    """``{a="1",b="2"}`` with the pairs sorted by name (``""`` without labels); ``quoted``:
-    label names outside the legacy set in double quotes (``allow-utf-8``)."""
-    pairs = sorted(zip(names, values, strict=False))
+    """``{a="1",b="2"}`` with the pairs sorted by name and empty values left out (``""``
+    without labels); ``quoted``: label names outside the legacy set in double quotes
+    (``allow-utf-8``)."""
+    pairs = sorted(p for p in zip(names, values, strict=False) if p[1])
     if not pairs:
         return ""
     if quoted:
