@@ -174,7 +174,7 @@ class Config:
     simulate: str | None = setting(
         optional_text, None, "PROFILE|FILE",
         "run against a simulated driver: a built-in profile (demo, h100x8, a100-mig, t4, "
-        "h200) or a scenario YAML file")
+        "h200, gb200) or a scenario YAML file")
     node_name: str | None = setting(
         optional_text, None, "NAME",
         "Kubernetes node name for the k8s.node.name resource attribute "

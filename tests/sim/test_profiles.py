@@ -5,18 +5,25 @@ from __future__ import annotations
 import pynvml
 import pytest
 
+from otel_gpu import sim
+from otel_gpu.config import load
 from otel_gpu.sim import builtin_profiles
+from otel_gpu.sim.scenario import FABRIC_HEALTHY_MASK
+from otel_gpu.wiring import Service, open_nvml
 from tests.sim.helpers import field, handles, next_sample, token
+from tests.support.exposition import series
+from tests.support.nvml import profile_uuids
 
 
 def test_builtin_profiles_are_listed_sorted():
-    assert builtin_profiles() == ["a100-mig", "demo", "h100x8", "h200", "t4"]
+    assert builtin_profiles() == ["a100-mig", "demo", "gb200", "h100x8", "h200", "t4"]
 
 
 @pytest.mark.parametrize(("profile", "count", "model"), [
     ("h100x8", 8, "NVIDIA H100 80GB HBM3"),
     ("a100-mig", 3, "NVIDIA A100-SXM4-40GB"),
     ("t4", 2, "Tesla T4"),
+    ("gb200", 4, "NVIDIA GB200"),
 ])
 def test_profile_loads_and_enumerates(nvml, profile, count, model):
     nvml(profile)
@@ -128,17 +135,85 @@ def test_t4_lacks_what_t4_lacks(nvml):
 
 
 def test_every_builtin_profile_is_named_where_users_choose_one():
-    """The help text (and the README table and Helm schema made from it), the sample config
-    and the README's simulation paragraph name every built-in profile."""
+    """The help text (and the README table made from it), the Helm schema, the sample
+    config, the README's simulation paragraph and docs/scenarios.md name every built-in
+    profile."""
+    import json
     from pathlib import Path
 
     from otel_gpu.config.settings import Config, options_of
 
     root = Path(__file__).resolve().parents[2]
     help_text = next(o.help for o in options_of(Config) if o.key == "simulate")
+    schema = json.loads((root / "deploy" / "helm" / "otel-gpu" / "values.schema.json").read_text())
     places = {"the simulate setting's help": help_text,
               "config/otel-gpu.yaml": (root / "config" / "otel-gpu.yaml").read_text(),
-              "README.md": (root / "README.md").read_text()}
+              "README.md": (root / "README.md").read_text(),
+              "the Helm schema's simulate": schema["properties"]["config"]["properties"][
+                  "simulate"]["description"],
+              "docs/scenarios.md": (root / "docs" / "scenarios.md").read_text()}
     for where, text in places.items():
         for profile in builtin_profiles():
             assert profile in text, f"{where} does not name the built-in profile {profile}"
+
+
+FABRIC_FIELDS = ("DCGM_FI_DEV_FABRIC_MANAGER_STATUS", "DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE",
+                 "DCGM_FI_DEV_FABRIC_CLIQUE_ID", "DCGM_FI_DEV_FABRIC_HEALTH_MASK",
+                 "DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY")
+"""dcgm-exporter's NVLink fabric fields otel-gpu serves (docs/migration.md)."""
+
+
+def test_gb200_shows_gpu_2_registering_with_the_nvlink_fabric(tmp_path):
+    """``--simulate gb200``, opened as the CLI opens it and served as /metrics is: GPU 2's
+    fabric registration is in progress at every sample, on the state series and on
+    dcgm-exporter's fabric fields; GPUs 0, 1 and 3 completed theirs, healthy, in clique 7."""
+    counters = tmp_path / "counters.csv"
+    counters.write_text("".join(f"{name}, gauge, {name}.\n" for name in FABRIC_FIELDS))
+    config = load({"simulate": "gb200", "listen": "127.0.0.1:0", "pod_attribution": "false",
+                   "naming": "otel,dcgm", "collectors": str(counters)}, environ={})
+    nvml = open_nvml(config.simulate)  # what `otel-gpu --simulate gb200` runs against
+    bodies = []
+    try:
+        service = Service(config, nvml, environ={})
+        try:
+            nvml.init()
+            for _ in range(4):
+                service.pipeline.publish_sample(service.sampler.sample())
+                bodies.append(service.server.cache.get().body.decode())
+        finally:
+            service.server.server_close()
+            service.telemetry.shutdown(0.5)
+            service.sampler.close()
+            nvml.shutdown()
+    finally:
+        sim.uninstall()
+    uuids = profile_uuids("gb200")
+    registering = uuids[2]
+    cluster = "4c1d6a52-9b3e-4f0a-8c21-7e5d3b2a1f60"
+    for n, body in enumerate(bodies, 1):
+        for uuid in uuids:
+            expected = "in_progress" if uuid == registering else "completed"
+            states = {labels["nvidia_gpu_fabric_state"]: value for labels, value
+                      in series(body, "nvidia_gpu_fabric_state", hw_id=uuid)}
+            assert states == {state: float(state == expected) for state in
+                              ("not_started", "in_progress", "completed")}, (n, uuid)
+            (info, _), = series(body, "nvidia_gpu_info", hw_id=uuid)
+            # the driver gives no clique or cluster before the registration completes
+            assert info.get("nvidia_gpu_fabric_clique_id", "") == (
+                "" if uuid == registering else "7"), (n, uuid)
+            assert info.get("nvidia_gpu_fabric_cluster_uuid", "") == (
+                "" if uuid == registering else cluster), (n, uuid)
+        for name in FABRIC_FIELDS:
+            assert series(body, name), f"sample {n}: no {name}"
+        status = {uuid: value for uuid in uuids
+                  for _, value in series(body, "DCGM_FI_DEV_FABRIC_MANAGER_STATUS", UUID=uuid)}
+        # dcgmFabricManagerStatus_t: 2 in progress, 3 success
+        assert status == {uuid: 2 if uuid == registering else 3 for uuid in uuids}, n
+        assert not series(body, "DCGM_FI_DEV_FABRIC_CLIQUE_ID", UUID=registering), n
+        for uuid in uuids:
+            if uuid != registering:
+                assert series(body, "DCGM_FI_DEV_FABRIC_CLIQUE_ID", UUID=uuid)[0][1] == 7
+                assert series(body, "DCGM_FI_DEV_FABRIC_HEALTH_MASK", UUID=uuid)[0][1] == (
+                    FABRIC_HEALTHY_MASK)
+                assert not series(body, "nvidia_gpu_fabric_registration_failed",
+                                  hw_id=uuid)[0][1]

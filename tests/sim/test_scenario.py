@@ -100,7 +100,7 @@ def test_missing_scenario_names_the_path_and_the_builtins(tmp_path):
     text = str(info.value)
     assert "\n" not in text
     assert missing in text
-    assert "a100-mig, demo, h100x8, h200, t4" in text
+    assert "a100-mig, demo, gb200, h100x8, h200, t4" in text
 
 
 def test_builtin_errors_name_the_profile_file(monkeypatch, tmp_path):
