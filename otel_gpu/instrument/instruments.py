@@ -104,8 +104,7 @@ class Instruments:
                 continue
             sets = self._device_sets(snapshot, sample.device)
             if metric.describes_device:
-                out.extend(Observation(value, {**sets.info, **attrs} if attrs else sets.info)
-                           for value, attrs in points)
+                out.extend(Observation(value, sets.with_info(attrs)) for value, attrs in points)
                 continue
             for value, attrs in points:
                 out.append(Observation(value, sets.with_point(attrs)))
@@ -141,13 +140,37 @@ class _AttributeSets:
 
     ``base``: what each of its series carries (its identity, or every attribute, and its
     pods and jobs); ``info``: every attribute of the device, for ``nvidia.gpu.info``.
+    A point's own attributes (a catalog row's fixed ``hw.gpu.task``, say) are merged
+    into either once, and the merged object is handed out again while those attributes
+    are the same object: the collection and the writers key their work on that identity,
+    so a series whose attributes did not change costs them one look-up.
     """
 
-    __slots__ = ("base", "info")
+    __slots__ = ("base", "info", "_merged")
+
+    MAX_MERGED = 512
+    """Merged sets remembered per device (a catalog holds a few dozen point attribute
+    sets; a reader making new ones each sample only refills this)."""
 
     def __init__(self, base: dict[str, str | int], info: dict[str, str | int]) -> None:
         self.base = base
         self.info = info
+        self._merged: dict[tuple[bool, int], tuple[Mapping[str, str], dict[str, str | int]]] \
+            = {}
 
     def with_point(self, attrs: Mapping[str, str]) -> dict[str, str | int]:
-        return {**self.base, **attrs} if attrs else self.base
+        return self._merge(False, attrs) if attrs else self.base
+
+    def with_info(self, attrs: Mapping[str, str]) -> dict[str, str | int]:
+        return self._merge(True, attrs) if attrs else self.info
+
+    def _merge(self, info: bool, attrs: Mapping[str, str]) -> dict[str, str | int]:
+        key = (info, id(attrs))
+        found = self._merged.get(key)
+        if found is not None and found[0] is attrs:  # held below: its id is not reused
+            return found[1]
+        merged = {**(self.info if info else self.base), **attrs}
+        if len(self._merged) >= self.MAX_MERGED:
+            self._merged.clear()
+        self._merged[key] = (attrs, merged)
+        return merged

@@ -63,6 +63,11 @@ log = logging.getLogger(__name__)
 ReadyCheck = Callable[[], "tuple[bool, str]"]
 """Whether the collector is ready, and why (what /readyz answers)."""
 
+GZIP_LEVEL = 1
+"""zlib's fastest level: on the collector's text it compresses about 9:1, against 10.6:1 at
+level 5, in half the CPU (0.30 against 0.61 ms for one GPU's 56 kB body); one body is
+compressed per publication, where a scraper pays the bytes once per scrape."""
+
 # The classic text format, which every Prometheus version and promtool read.
 CONTENT_TYPE = TEXT_0_0_4.content_type
 
@@ -118,7 +123,7 @@ class _Rendered:
         if style in self.bodies:
             return False
         body = source if isinstance(source, bytes) else source.write(style)
-        self.bodies[style] = (body, gzip.compress(body, 5))
+        self.bodies[style] = (body, gzip.compress(body, GZIP_LEVEL))
         return True
 
 

@@ -29,11 +29,12 @@ the real exporter's output, byte for byte once its empty labels are dropped.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from opentelemetry.sdk.metrics.export import (
@@ -196,6 +197,47 @@ def sample_line(prefix: str, quoted: bool, braces: str, value: str) -> str:
     return f"{prefix}{braces} {value}\n"
 
 
+def _shape_of(data: MetricsData) -> tuple[list[object], list[Any]]:
+    """What a collection's text depends on besides its values (every scope, and every
+    metric's identity and its points' attributes, in order), and its written points in
+    that order. Attribute objects compare by identity first: while the SDK or the direct
+    collection hands back the same objects, comparing two of these costs little."""
+    signature: list[object] = []
+    points: list[Any] = []
+    for rm in data.resource_metrics:
+        signature.append(rm.resource)
+        for sm in rm.scope_metrics:
+            signature.append(sm.scope)
+            for metric in sm.metrics:
+                data_ = metric.data
+                signature.append((metric.name, metric.unit, metric.description,
+                                  type(data_), getattr(data_, "is_monotonic", None),
+                                  getattr(data_, "aggregation_temporality", None)))
+                if isinstance(data_, (Sum, Gauge)):
+                    for point in data_.data_points:
+                        signature.append(point.attributes)
+                        points.append(point)
+    return signature, points
+
+
+class _Shape:
+    """One collection's text cut at its values: ``pieces[i]`` comes before the value of
+    ``points[order[i]]``; the last piece ends the text."""
+
+    __slots__ = ("order", "pieces", "signature")
+
+    def __init__(self, signature: list[object], pieces: list[str], order: list[int]) -> None:
+        self.signature = signature
+        self.pieces = pieces
+        self.order = order
+
+    def fill(self, points: list[Any]) -> bytes:
+        out = [""] * (2 * len(self.order) + 1)
+        out[0::2] = self.pieces
+        out[1::2] = [format_value(points[i].value) for i in self.order]
+        return "".join(out).encode("utf-8")
+
+
 class _Family:
     __slots__ = ("header", "labelnames", "lines", "name", "quoted")
 
@@ -205,7 +247,9 @@ class _Family:
         self.quoted = name.startswith("{")
         self.header = header
         self.labelnames = labelnames
-        self.lines: list[str] = []
+        self.lines: list[tuple[str, int]] = []
+        """Each sample's text up to its value, and the index of its point in the
+        collection (:func:`_shape_of`'s order)."""
 
 
 class _Entry:
@@ -271,12 +315,25 @@ class TextWriter:
         self._keysets: dict[frozenset[str], frozenset[str]] = {}
         self._scopes: dict[tuple[tuple[str, Any], ...], tuple[tuple[str, Any], ...]] = {}
         self._metric_names: dict[tuple[str, str, str], tuple[str, str, str, str, str]] = {}
+        self._shape: _Shape | None = None
+        """The last collection's text with holes for its values, and what it was made of."""
         self._limited = LogLimiter(log, 300.0)
 
     def write(self, data: MetricsData | None) -> bytes:
-        """The exposition of one collection (empty for none, as the exporter's)."""
+        """The exposition of one collection (empty for none, as the exporter's).
+
+        A collection of the same shape as the last one (the same metrics and scopes, each
+        with points whose attributes are the same, in the same order: every collection
+        while devices and pods do not change) is written from the last one's text with
+        only the values formatted anew.
+        """
         if data is None:
             return b""
+        signature, points = _shape_of(data)
+        shape = self._shape
+        if shape is not None and shape.signature == signature:
+            return shape.fill(points)
+        self._shape = None
         families: dict[tuple[str, ...], _Family] = {}
         out: list[str] = []
         if self._target_info:
@@ -292,20 +349,27 @@ class TextWriter:
                                  "# TYPE target_info gauge\n")
                                 + f"target_info{braces} 1.0\n")
             out.append(self._target)
+        counter = itertools.count()
         for rm in data.resource_metrics:
             for sm in rm.scope_metrics:
                 scope = self._scope_pairs(sm.scope)
                 for metric in sm.metrics:
-                    self._metric(metric, scope, families)
-        series = 0
+                    self._metric(metric, scope, families, counter)
+        pieces: list[str] = []
+        order: list[int] = []
         for family in families.values():
             out.append(family.header)
-            out.extend(family.lines)
-            series += len(family.lines)
-        if len(self._entries) > 2 * series + 64:  # attribute sets no longer collected
+            for head, index in family.lines:
+                out.append(head)
+                pieces.append("".join(out))
+                out = ["\n"]
+                order.append(index)
+        pieces.append("".join(out))
+        if len(self._entries) > 2 * len(order) + 64:  # attribute sets no longer collected
             self._entries.clear()
             self._keysets.clear()
-        return "".join(out).encode("utf-8")
+        self._shape = _Shape(signature, pieces, order)
+        return self._shape.fill(points)
 
     def _scope_pairs(self, scope: InstrumentationScope) -> tuple[tuple[str, Any], ...]:
         if not self._scope_labels:
@@ -351,7 +415,7 @@ class TextWriter:
         return found
 
     def _metric(self, metric: Metric, scope: tuple[tuple[str, Any], ...],
-                families: dict[tuple[str, ...], _Family]) -> None:
+                families: dict[tuple[str, ...], _Family], counter: Iterator[int]) -> None:
         if not isinstance(metric.data, (Sum, Gauge)):
             self._limited.log(("unsupported", metric.name), logging.WARNING,
                               "metric %s: %s data is not written to /metrics", metric.name,
@@ -396,7 +460,7 @@ class TextWriter:
                               else (id(family.labelnames), id(labelnames)))
         lines = family.lines
         quoted = family.quoted
-        for point, entry in zip(points, found, strict=True):
+        for entry in found:
             braces = entry.get(string_key)
             if braces is None:
                 labels = entry.labels(self._key_of)
@@ -404,9 +468,10 @@ class TextWriter:
                                  self._quoted)
                 entry.put(string_key, braces)
             if quoted:
-                lines.append(sample_line(prefix, True, braces, format_value(point.value)))
+                head = f"{prefix},{braces[1:]} " if braces else f"{prefix}}} "
             else:
-                lines.append(f"{prefix}{braces} {format_value(point.value)}\n")
+                head = f"{prefix}{braces} "
+            lines.append((head, next(counter)))
 
     def _intern(self, names: tuple[str, ...]) -> tuple[str, ...]:
         """The same tuple object for the same names, so that its id can key the strings."""

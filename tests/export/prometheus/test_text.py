@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from otel_gpu.export.collected import CollectingReader
+from otel_gpu.export.prometheus.formats import ESCAPINGS, Style
 from otel_gpu.export.prometheus.text import TextWriter
 from otel_gpu.instrument.telemetry import build_meter_provider, build_resource
 from otel_gpu.snapshot import FAILED, OK, Attribution, Device, DeviceSample, Pods
@@ -249,3 +250,73 @@ def test_the_collector_no_longer_imports_the_prometheus_client():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60).stdout
     assert out.strip() == "[]"
+
+
+# --- one collection after another: the text of the last one, refilled ------------------
+
+STEP_VALUES = [0.0, -0.0, 1.0, 0.5, 1234567.0, math.nan, math.inf, -math.inf, 2**53 + 1, True]
+
+
+def _walk(seed: int, steps: int):
+    """Collections in a row, each the last one changed in one way picked at random: new
+    values only (the same attribute objects, as the collection hands back while devices
+    and pods stay), an equal copy of an attribute set, a set whose values change, a
+    series added, removed or moved, a metric added or dropped, a second metric merging
+    into a family, a new scope."""
+    import random
+
+    rng = random.Random(seed)
+    sets = [{"hw.id": f"GPU-{i}", "odd": 'q"\\' if i == 2 else ""} for i in range(4)]
+    metrics = {"hw.power": ("W", list(sets)), "hw.energy": ("J", list(sets[:2]))}
+    scope = None
+    version = "1"
+    for _ in range(steps):
+        move = rng.randrange(10)
+        name = rng.choice(sorted(metrics))
+        unit, series = metrics[name]
+        if move == 1 and series:
+            i = rng.randrange(len(series))
+            series[i] = dict(series[i])
+        elif move == 2 and series:
+            i = rng.randrange(len(series))
+            series[i] = {**series[i], "k8s.pod.name": f"pod-{rng.randrange(3)}"}
+        elif move == 3:
+            series.insert(rng.randrange(len(series) + 1), rng.choice(sets))
+        elif move == 4 and series:
+            series.pop(rng.randrange(len(series)))
+        elif move == 5 and len(series) > 1:
+            series.insert(0, series.pop())
+        elif move == 6:
+            metrics[f"extra.{rng.randrange(3)}"] = ("1", [rng.choice(sets)])
+        elif move == 7 and len(metrics) > 1:
+            metrics.pop(name)
+        elif move == 8:
+            scope = None if scope else InstrumentationScope("other", "2")
+        elif move == 9:  # the same metrics under another scope: other scope labels
+            version = "2" if version == "1" else "1"
+        built = []
+        for name, (unit, series) in metrics.items():
+            points = [point(rng.choice(STEP_VALUES), attrs) for attrs in series]
+            built.append(total(name, points, unit) if name == "hw.energy"
+                         else gauge(name, points, unit))
+        # a gauge of the same family from another scope merges into the first's
+        more = [] if scope is None else [ResourceMetrics(Resource({}), [ScopeMetrics(
+            scope, [gauge("hw.power", [point(7.0, {"hw.id": "GPU-9"})], "W")], "")], "")]
+        yield data(*built, more=more, scope=InstrumentationScope("otel_gpu", version))
+
+
+@pytest.mark.parametrize("scope_labels", [False, True])
+@pytest.mark.parametrize("seed", range(6))
+def test_each_collection_is_written_as_the_exporter_writes_it_however_it_changed(
+        seed, scope_labels):
+    writer = TextWriter(scope_labels=scope_labels)
+    for step, body in enumerate(_walk(seed, 60)):
+        assert writer.write(body) == oracle(body, scope_labels=scope_labels), (seed, step)
+
+
+@pytest.mark.parametrize("style", [Style(openmetrics=om, escaping=e)
+                                   for om in (False, True) for e in ESCAPINGS])
+def test_every_style_refilled_from_its_last_text_is_what_a_fresh_writer_writes(style):
+    writer = TextWriter(style=style)
+    for step, body in enumerate(_walk(7, 60)):
+        assert writer.write(body) == TextWriter(style=style).write(body), (style, step)
