@@ -28,6 +28,10 @@ from otel_gpu.instrument.catalog import CATALOG
 from otel_gpu.instrument.schema import Kind, Metric, device_observations
 from otel_gpu.snapshot import Device, Snapshot
 
+MAX_NODE_SETS = 16_384
+"""Node-level attribute sets remembered at most (one per pod and allocation, reader,
+state...); past this the memory starts over."""
+
 
 class Instruments:
     """Registers one observable instrument per catalog row on ``meter``.
@@ -54,6 +58,9 @@ class Instruments:
         self._attr_cache: dict[tuple[Device, str | None, int | None],
                                dict[str, str | int]] = {}
         self._sets: dict[tuple, _AttributeSets] = {}
+        self._node_sets: dict[tuple, dict[str, Any]] = {}
+        """A node-level row's attributes by content: the same object for the same content
+        every collection, as a device's are (see :class:`_AttributeSets`)."""
         self._per_snapshot: tuple[Snapshot | None, dict[str, _AttributeSets]] = (None, {})
         self.registered: list[tuple[Any, Kind, Callable[[], Iterable[Observation]]]] = []
         """Each instrument as the meter made it, its kind and its callback, in the order
@@ -93,10 +100,8 @@ class Instruments:
         if snapshot is None:
             return []
         if metric.per_node is not None:
-            return [
-                Observation(value, dict(attrs))
-                for value, attrs in metric.per_node(snapshot, self._clock())
-            ]
+            return [Observation(value, self._node_set(attrs))
+                    for value, attrs in metric.per_node(snapshot, self._clock())]
         out: list[Observation] = []
         for sample in snapshot.devices:
             points = device_observations(metric, sample)
@@ -109,6 +114,18 @@ class Instruments:
             for value, attrs in points:
                 out.append(Observation(value, sets.with_point(attrs)))
         return out
+
+    def _node_set(self, attrs: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            key = tuple(attrs.items())
+            found = self._node_sets.get(key)
+        except TypeError:  # a value that cannot be hashed (a list): a copy of its own
+            return dict(attrs)
+        if found is None:
+            if len(self._node_sets) > MAX_NODE_SETS:  # pods and readers since the last clear
+                self._node_sets.clear()
+            found = self._node_sets[key] = dict(attrs)
+        return found
 
     def _device_sets(self, snapshot: Snapshot, device: Device) -> _AttributeSets:
         """The device's attribute sets in ``snapshot``: made once per snapshot, and the same

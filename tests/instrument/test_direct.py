@@ -157,3 +157,54 @@ def test_a_disabled_sdk_leaves_the_reader_on_the_sdk(monkeypatch):
         assert reader.collect_now() is None
     finally:
         provider.shutdown()
+
+
+def test_a_node_rows_attributes_are_one_object_while_their_content_stays():
+    """The collection and the writers key their work on attribute objects: a node-level
+    row that builds its attributes afresh each collection still hands out one object per
+    content, a new one when the content changes, and a copy of its own where a value
+    cannot be hashed."""
+    state = {"pod": "a"}
+
+    def observe(name):
+        def points(snapshot, now):
+            yield 1.0, {"k8s.pod.name": state["pod"], "n": 1}
+            yield 2.0, {"ids": ["x", "y"]}
+        return points
+
+    rows = (Metric("demo.rows", Kind.GAUGE, "1", "fresh dicts", per_node=observe("rows")),)
+    provider, direct, sdk = _pair(lambda: object(), catalog=rows)
+    try:
+        assert _shape(direct.collect_now()) == _shape(sdk.get_metrics_data())
+
+        def attributes():
+            (metric,) = direct.collect_now().resource_metrics[0].scope_metrics[0].metrics
+            return [p.attributes for p in metric.data.data_points]
+
+        first, again = attributes(), attributes()
+        assert first[0] is again[0]
+        assert first[0] == {"k8s.pod.name": "a", "n": 1}
+        assert again[1] == {"ids": ("x", "y")}  # a sequence kept as the SDK keeps it
+        state["pod"] = "b"
+        changed = [a for a in attributes() if "k8s.pod.name" in a]
+        assert changed == [{"k8s.pod.name": "b", "n": 1}]  # the cumulative series a is gone
+        assert changed[0] is not first[0]
+        assert _shape(direct.collect_now()) == _shape(sdk.get_metrics_data())
+    finally:
+        provider.shutdown()
+
+
+def test_the_collections_points_are_the_sdks_own_points():
+    """Made without the dataclass constructor's per-field path, a point must still be
+    what the constructor makes: its type, its fields, its equality."""
+    from opentelemetry.sdk.metrics.export import NumberDataPoint
+
+    from otel_gpu.instrument.direct import _point
+
+    made = _point({"a": 1}, None, 2, 3.5)
+    expected = NumberDataPoint(attributes={"a": 1}, start_time_unix_nano=None,
+                               time_unix_nano=2, value=3.5, exemplars=[])
+    assert type(made) is NumberDataPoint
+    assert made == expected
+    assert vars(made) == vars(expected)
+    assert made.to_json() == expected.to_json()

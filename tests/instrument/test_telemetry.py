@@ -219,19 +219,26 @@ def test_all_keeps_every_attribute_on_every_series_and_the_info_metric_too():
     assert _info(points) == _info(identity)
 
 
-def test_info_and_device_sets_are_made_once_while_nothing_changes():
+def test_attribute_sets_are_made_once_while_nothing_changes():
     snap = _mixed_node()
     info_metric = next(m for m in CATALOG if m.describes_device)
     power = next(m for m in CATALOG if m.name == "hw.power")
+    # a row with a point attribute of its own (hw.gpu.task), and node-level rows
+    utilization = next(m for m in CATALOG if m.name == "hw.gpu.utilization")
+    node_rows = [m for m in CATALOG if m.per_node is not None]
     instruments = Instruments(NoMeter(), lambda: state["snap"])
     state = {"snap": snap}
-    first = [o.attributes for o in instruments.observe(info_metric)]
-    first_power = [o.attributes for o in instruments.observe(power)]
+    rows = [info_metric, power, utilization, *node_rows]
+    first = [[o.attributes for o in instruments.observe(m)] for m in rows]
+    assert sum(map(len, first[3:])) >= 10, "node-level rows to compare"
+    assert first[2] and all("hw.gpu.task" in a for a in first[2]), "a point attribute"
     state["snap"] = _mixed_node()  # the next sample: the same devices and pods
-    assert all(a is b for a, b in zip(first, [o.attributes for o in
-                                                instruments.observe(info_metric)], strict=True))
-    assert all(a is b for a, b in zip(first_power, [o.attributes for o in
-                                                      instruments.observe(power)], strict=True))
+    for metric, before in zip(rows, first, strict=True):
+        after = [o.attributes for o in instruments.observe(metric)]
+        if metric.name == "otel_gpu.sample.age":
+            continue
+        assert len(after) == len(before), metric.name
+        assert all(a is b for a, b in zip(before, after, strict=True)), metric.name
 
 
 def test_an_unknown_device_attributes_setting_is_refused():
