@@ -19,6 +19,7 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from operator import is_
 from time import time_ns
 from typing import Any, Protocol, runtime_checkable
 
@@ -48,8 +49,8 @@ KEYS_SLACK = 256
 the memory starts over (the next collection refills it), so objects made afresh each
 collection (a node-level row's) are not held for long."""
 
-Observe = Callable[[], Iterable[Any]]
-"""One instrument's callback: its observations (``value``, ``attributes``) now."""
+Observe = Callable[[], Iterable[tuple[float, Any]]]
+"""One instrument's callback: its points now, (value, attributes)."""
 
 
 @runtime_checkable
@@ -114,7 +115,7 @@ def _kept(attrs: Any) -> dict[str, Any]:
 class _Stream:
     """One instrument's series, in the order they were first seen."""
 
-    __slots__ = ("instrument", "kind", "observe", "series")
+    __slots__ = ("instrument", "kind", "last", "observe", "series")
 
     def __init__(self, instrument: Any, kind: Kind, observe: Observe) -> None:
         self.instrument = instrument
@@ -122,6 +123,10 @@ class _Stream:
         self.observe = observe
         self.series: dict[tuple, tuple[dict[str, Any], int]] = {}
         """key -> (the series' attributes, its start time), first seen first."""
+        self.last: tuple[list[Any], list[tuple]] | None = None
+        """The attribute objects the last collection kept, in order, and their series keys
+        (all distinct): a collection of the same objects in the same order, all its values
+        finite, has the same keys, and is zipped with them."""
 
 
 class DirectCollection:
@@ -193,14 +198,25 @@ class DirectCollection:
         got: dict[tuple, float] = {}
         series, adds = stream.series, stream.kind is not Kind.GAUGE
         keys = self._keys
+        seen: list[Any] = []
+        found: list[tuple] = []
         try:
-            for observation in stream.observe():
-                value = observation.value
+            pairs = stream.observe()
+            if not isinstance(pairs, list):
+                pairs = list(pairs)
+            last = stream.last
+            if last is not None and pairs and len(pairs) == len(last[0]):
+                values = [value for value, _ in pairs]
+                if all(map(is_, [attrs for _, attrs in pairs], last[0])) \
+                        and all(map(math.isfinite, values)):
+                    return dict(zip(last[1], values, strict=True))
+            for value, attrs in pairs:
                 if not math.isfinite(value):
                     log.warning("Callback returned a non-finite value %s for instrument %s, "
                                 "ignoring measurement.", value, stream.instrument.name)
                     continue
-                attrs = observation.attributes or {}
+                seen.append(attrs)
+                attrs = attrs or {}
                 known = keys.get(id(attrs))
                 if known is not None and known[0] is attrs:
                     key = known[1]
@@ -214,7 +230,13 @@ class DirectCollection:
                             series[key] = (dict(OVERFLOW), now)
                     else:
                         series[key] = (_kept(attrs), now)
+                found.append(key)
                 got[key] = got.get(key, 0) + value if adds else value
         except Exception:
             log.exception("Callback failed for instrument %s.", stream.instrument.name)
+        # what was kept, in order: the same objects next time have the same keys (a pair
+        # left out or raising makes the list shorter, which the next one will not match
+        # unless it lacks that pair too); a key twice (a counter's points summed) is not
+        # a zip
+        stream.last = (seen, found) if len(got) == len(found) else None
         return got or None

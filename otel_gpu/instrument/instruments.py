@@ -59,10 +59,12 @@ class Instruments:
                                dict[str, str | int]] = {}
         self._sets: dict[tuple, _AttributeSets] = {}
         self._node_sets: dict[tuple, dict[str, Any]] = {}
-        """A node-level row's attributes by content: the same object for the same content
-        every collection, as a device's are (see :class:`_AttributeSets`)."""
+        """Attributes a row makes afresh each time (a node-level row's, or a device row's own
+        such as ``nvidia.gpu.xid``), by content: the same object for the same content every
+        collection, as a device's are (see :class:`_AttributeSets`)."""
         self._per_snapshot: tuple[Snapshot | None, dict[str, _AttributeSets]] = (None, {})
-        self.registered: list[tuple[Any, Kind, Callable[[], Iterable[Observation]]]] = []
+        self.registered: list[tuple[Any, Kind,
+                                    Callable[[], list[tuple[float, Mapping[str, Any]]]]]] = []
         """Each instrument as the meter made it, its kind and its callback, in the order
         registered (for :class:`otel_gpu.instrument.direct.DirectCollection`)."""
         for metric in catalog:
@@ -80,7 +82,7 @@ class Instruments:
             unit=metric.unit,
             description=metric.description,
         )
-        self.registered.append((instrument, metric.kind, partial(self.observe, metric)))
+        self.registered.append((instrument, metric.kind, partial(self.pairs, metric)))
 
     def _base_attributes(
         self, device: Device, driver: str | None, numa: int | None
@@ -96,23 +98,32 @@ class Instruments:
     def observe(
         self, metric: Metric, options: CallbackOptions | None = None
     ) -> Iterable[Observation]:
+        """The SDK's callback: :meth:`pairs` as Observations."""
+        return [Observation(value, attrs) for value, attrs in self.pairs(metric)]
+
+    def pairs(self, metric: Metric) -> list[tuple[float, Mapping[str, Any]]]:
+        """The metric's points now, (value, attributes), each attributes object the same one
+        every collection while devices and pods stay (the direct collection's callback)."""
         snapshot = self._latest()
         if snapshot is None:
             return []
         if metric.per_node is not None:
-            return [Observation(value, self._node_set(attrs))
+            node_set = self._node_set
+            return [(value, node_set(attrs))
                     for value, attrs in metric.per_node(snapshot, self._clock())]
-        out: list[Observation] = []
+        out: list[tuple[float, Mapping[str, Any]]] = []
         for sample in snapshot.devices:
             points = device_observations(metric, sample)
             if not points:
                 continue
             sets = self._device_sets(snapshot, sample.device)
-            if metric.describes_device:
-                out.extend(Observation(value, sets.with_info(attrs)) for value, attrs in points)
-                continue
-            for value, attrs in points:
-                out.append(Observation(value, sets.with_point(attrs)))
+            merge = sets.with_info if metric.describes_device else sets.with_point
+            if metric.per_device is not None:  # attributes made afresh: one object per content
+                node_set = self._node_set
+                out.extend([(value, merge(node_set(attrs)) if attrs else merge(attrs))
+                            for value, attrs in points])
+            else:
+                out.extend([(value, merge(attrs)) for value, attrs in points])
         return out
 
     def _node_set(self, attrs: Mapping[str, Any]) -> dict[str, Any]:

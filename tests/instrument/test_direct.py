@@ -208,3 +208,31 @@ def test_the_collections_points_are_the_sdks_own_points():
     assert made == expected
     assert vars(made) == vars(expected)
     assert made.to_json() == expected.to_json()
+
+
+def test_a_series_observed_twice_is_summed_every_collection_not_only_the_first():
+    """A collection whose attribute objects are the last one's, in order, reuses its keys;
+    one where a counter's series comes twice (its points summed) must not."""
+    state = {"round": 0}
+
+    def observe(name):
+        def points(snapshot, now):
+            r = state["round"]
+            yield float(r), {"a": "x"}
+            yield 10.0 * r, {"a": "x"}  # the same content: one attributes object, twice
+            yield 1.0, {"b": "y"}
+        return points
+
+    rows = (Metric("demo.twice", Kind.COUNTER, "1", "one series twice",
+                   per_node=observe("twice")),
+            Metric("demo.gauge", Kind.GAUGE, "1", "once each", per_node=observe("gauge")))
+    provider, direct, sdk = _pair(lambda: object(), catalog=rows)
+    try:
+        for r in range(1, 5):
+            state["round"] = r
+            assert _shape(direct.collect_now()) == _shape(sdk.get_metrics_data()), r
+        shape = _shape(direct.collect_now())
+        twice = next(row for row in shape if row[0] == "demo.twice")
+        assert ([("a", "x")], 44.0) in [(p[0], p[1]) for p in twice[-1]]  # 4 + 40
+    finally:
+        provider.shutdown()
