@@ -17,18 +17,23 @@ the sampler waiting).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import pstats
 import statistics
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from benchmarks.scenarios import NODES, node_list, write_scenario
 
 
-def run(name: str, cycles: int, profile: int) -> list[float]:
-    """CPU milliseconds of each of ``cycles`` cycles of the service on node ``name``."""
+@contextlib.contextmanager
+def built(name: str) -> Iterator[tuple[Any, Callable[[], None]]]:
+    """The real service on node ``name``'s simulator, and its cycle as its threads run it
+    when a Prometheus scrapes at the sampling interval; stopped afterwards."""
     from otel_gpu import sim
     from otel_gpu.config import load
     from otel_gpu.sample.library import Nvml
@@ -50,6 +55,18 @@ def run(name: str, cycles: int, profile: int) -> list[float]:
             service.pipeline.run_followups()
             cache.get()  # type: ignore[union-attr]
 
+        yield service, cycle
+    finally:
+        service.server.server_close()
+        service.telemetry.shutdown(0.5)
+        service.sampler.close()
+        service.nvml.shutdown()
+        sim.uninstall()
+
+
+def run(name: str, cycles: int, profile: int) -> list[float]:
+    """CPU milliseconds of each of ``cycles`` cycles of the service on node ``name``."""
+    with built(name) as (_, cycle):
         for _ in range(5):  # warm-up: discovery, the first render, caches
             cycle()
         times = []
@@ -67,12 +84,6 @@ def run(name: str, cycles: int, profile: int) -> list[float]:
             stats.sort_stats("cumulative").print_stats(profile)
             stats.sort_stats("tottime").print_stats(profile)
         return times
-    finally:
-        service.server.server_close()
-        service.telemetry.shutdown(0.5)
-        service.sampler.close()
-        service.nvml.shutdown()
-        sim.uninstall()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -155,7 +155,7 @@ def test_the_readers_benchmark_prints_a_row_per_node_with_its_ratios(capsys) -> 
     assert len(cells) == 6 and all(float(c.split()[0]) > 0 for c in cells[1:])
 
 
-@pytest.mark.parametrize("module", ["readers", "render", "run", "cycle"])
+@pytest.mark.parametrize("module", ["readers", "render", "run", "cycle", "instructions"])
 def test_an_unknown_node_is_one_usage_error_naming_it(module: str, capsys) -> None:
     import importlib
 
@@ -165,3 +165,22 @@ def test_an_unknown_node_is_one_usage_error_naming_it(module: str, capsys) -> No
     assert stopped.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "unknown configuration(s): gpus-9000; known: gpus-1, gpus-8," in err
+
+
+@pytest.mark.parametrize("system", ["otel-gpu", "handwritten", "sample", "collection",
+                                    "field-batch"])
+def test_each_system_the_instruction_count_runs_makes_its_cycles(system: str) -> None:
+    """What runs under valgrind, run here without it: the system is built on the
+    simulator and its cycles complete (valgrind itself is not in CI)."""
+    from benchmarks import instructions
+
+    assert instructions.run_cycles(system, "gpus-1", 2) == 2
+
+
+def test_the_instruction_count_refuses_an_unknown_system(capsys) -> None:
+    from benchmarks import instructions
+
+    with pytest.raises(SystemExit) as stopped:
+        instructions.main(["--systems", "otel-gpu,nope"])
+    assert stopped.value.code == 2
+    assert "unknown system(s): nope; known: otel-gpu," in capsys.readouterr().err
