@@ -58,10 +58,10 @@ class Instruments:
         self._attr_cache: dict[tuple[Device, str | None, int | None],
                                dict[str, str | int]] = {}
         self._sets: dict[tuple, _AttributeSets] = {}
-        self._node_sets: dict[tuple, dict[str, Any]] = {}
+        self._node_sets: dict[tuple[str, tuple], dict[str, Any]] = {}
         """Attributes a row makes afresh each time (a node-level row's, or a device row's own
-        such as ``nvidia.gpu.xid``), by content: the same object for the same content every
-        collection, as a device's are (see :class:`_AttributeSets`)."""
+        such as ``nvidia.gpu.xid``), by metric and content: the same object for the same
+        content every collection, as a device's are (see :class:`_AttributeSets`)."""
         self._per_snapshot: tuple[Snapshot | None, dict[str, _AttributeSets]] = (None, {})
         self.registered: list[tuple[Any, Kind,
                                     Callable[[], list[tuple[float, Mapping[str, Any]]]]]] = []
@@ -108,8 +108,8 @@ class Instruments:
         if snapshot is None:
             return []
         if metric.per_node is not None:
-            node_set = self._node_set
-            return [(value, node_set(attrs))
+            node_set, name = self._node_set, metric.name
+            return [(value, node_set(name, attrs))
                     for value, attrs in metric.per_node(snapshot, self._clock())]
         out: list[tuple[float, Mapping[str, Any]]] = []
         for sample in snapshot.devices:
@@ -119,16 +119,20 @@ class Instruments:
             sets = self._device_sets(snapshot, sample.device)
             merge = sets.with_info if metric.describes_device else sets.with_point
             if metric.per_device is not None:  # attributes made afresh: one object per content
-                node_set = self._node_set
-                out.extend([(value, merge(node_set(attrs)) if attrs else merge(attrs))
+                node_set, name = self._node_set, metric.name
+                out.extend([(value, merge(node_set(name, attrs)) if attrs else merge(attrs))
                             for value, attrs in points])
             else:
                 out.extend([(value, merge(attrs)) for value, attrs in points])
         return out
 
-    def _node_set(self, attrs: Mapping[str, Any]) -> dict[str, Any]:
+    def _node_set(self, name: str, attrs: Mapping[str, Any]) -> dict[str, Any]:
+        """``attrs`` as the one object kept for its content within metric ``name``. Per
+        metric: 1, 1.0 and True are equal as keys but other labels, and only within one
+        metric does the first one seen stand for the others (as the SDK keeps a series'
+        first attributes)."""
         try:
-            key = tuple(attrs.items())
+            key = (name, tuple(attrs.items()))
             found = self._node_sets.get(key)
         except TypeError:  # a value that cannot be hashed (a list): a copy of its own
             return dict(attrs)

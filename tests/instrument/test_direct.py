@@ -236,3 +236,24 @@ def test_a_series_observed_twice_is_summed_every_collection_not_only_the_first()
         assert ([("a", "x")], 44.0) in [(p[0], p[1]) for p in twice[-1]]  # 4 + 40
     finally:
         provider.shutdown()
+
+
+def test_equal_values_of_other_types_stay_their_own_attributes_across_rows():
+    """One row's ``{"code": True}`` must not become another row's ``{"code": 1}``: equal
+    as keys, they are different labels ("true" against "1")."""
+    def observe(name):
+        def points(snapshot, now):
+            yield 1.0, {"code": True if name == "first" else 1}
+        return points
+
+    rows = (Metric("demo.first", Kind.GAUGE, "1", "a bool", per_node=observe("first")),
+            Metric("demo.second", Kind.GAUGE, "1", "an int", per_node=observe("second")))
+    provider, direct, sdk = _pair(lambda: object(), catalog=rows)
+    try:
+        for _ in range(2):
+            assert _shape(direct.collect_now()) == _shape(sdk.get_metrics_data())
+        metrics = direct.collect_now().resource_metrics[0].scope_metrics[0].metrics
+        (second,) = [m for m in metrics if m.name == "demo.second"]
+        assert type(second.data.data_points[0].attributes["code"]) is int
+    finally:
+        provider.shutdown()

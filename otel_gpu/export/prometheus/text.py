@@ -198,16 +198,18 @@ def sample_line(prefix: str, quoted: bool, braces: str, value: str) -> str:
 
 
 def _shape_of(data: MetricsData) -> tuple[list[object], list[Any]]:
-    """What a collection's text depends on besides its values (every scope, and every
-    metric's identity and its points' attributes, in order), and its written points in
-    that order. Attribute objects compare by identity first: while the SDK or the direct
-    collection hands back the same objects, comparing two of these costs little."""
+    """What a collection's text depends on besides its values (its Resources and scopes,
+    every metric's identity and its points' attribute objects, in order), and its
+    written points in that order. Objects count by identity (the shape holds the
+    collection they came from, so that no id is reused meanwhile): an equal copy may
+    differ in what its labels say (``1`` and ``True`` are equal values), and the direct
+    collection hands back the same objects while devices and pods stay."""
     signature: list[object] = []
     points: list[Any] = []
     for rm in data.resource_metrics:
-        signature.append(rm.resource)
+        signature.append(id(rm.resource))
         for sm in rm.scope_metrics:
-            signature.append(sm.scope)
+            signature.append(id(sm.scope))
             for metric in sm.metrics:
                 data_ = metric.data
                 signature.append((metric.name, metric.unit, metric.description,
@@ -215,7 +217,7 @@ def _shape_of(data: MetricsData) -> tuple[list[object], list[Any]]:
                                   getattr(data_, "aggregation_temporality", None)))
                 if isinstance(data_, (Sum, Gauge)):
                     for point in data_.data_points:
-                        signature.append(point.attributes)
+                        signature.append(id(point.attributes))
                         points.append(point)
     return signature, points
 
@@ -224,12 +226,15 @@ class _Shape:
     """One collection's text cut at its values: ``pieces[i]`` comes before the value of
     ``points[order[i]]``; the last piece ends the text."""
 
-    __slots__ = ("order", "pieces", "signature")
+    __slots__ = ("held", "order", "pieces", "signature")
 
-    def __init__(self, signature: list[object], pieces: list[str], order: list[int]) -> None:
+    def __init__(self, signature: list[object], pieces: list[str], order: list[int],
+                 held: MetricsData) -> None:
         self.signature = signature
         self.pieces = pieces
         self.order = order
+        self.held = held
+        """The collection the signature's ids are of, kept so that none is reused."""
 
     def fill(self, points: list[Any]) -> bytes:
         out = [""] * (2 * len(self.order) + 1)
@@ -332,6 +337,7 @@ class TextWriter:
         signature, points = _shape_of(data)
         shape = self._shape
         if shape is not None and shape.signature == signature:
+            shape.held = data  # the same objects: the older points may go
             return shape.fill(points)
         self._shape = None
         families: dict[tuple[str, ...], _Family] = {}
@@ -368,7 +374,7 @@ class TextWriter:
         if len(self._entries) > 2 * len(order) + 64:  # attribute sets no longer collected
             self._entries.clear()
             self._keysets.clear()
-        self._shape = _Shape(signature, pieces, order)
+        self._shape = _Shape(signature, pieces, order, data)
         return self._shape.fill(points)
 
     def _scope_pairs(self, scope: InstrumentationScope) -> tuple[tuple[str, Any], ...]:

@@ -320,3 +320,16 @@ def test_every_style_refilled_from_its_last_text_is_what_a_fresh_writer_writes(s
     writer = TextWriter(style=style)
     for step, body in enumerate(_walk(7, 60)):
         assert writer.write(body) == TextWriter(style=style).write(body), (style, step)
+
+
+def test_an_equal_attribute_set_of_other_types_is_written_with_its_own_labels():
+    """``{"code": True}`` and ``{"code": 1}`` are equal dicts but other labels: the second
+    collection's text is not the first one's refilled."""
+    writer = TextWriter()
+    scope, resource = InstrumentationScope("otel_gpu", "1"), Resource({"service.name": "s"})
+    first = data(gauge("g", [point(1.0, {"code": True})]), scope=scope, resource=resource)
+    second = data(gauge("g", [point(1.0, {"code": 1})]), scope=scope, resource=resource)
+    assert b'code="true"' in writer.write(first)
+    written = writer.write(second)
+    assert written == oracle(second)
+    assert b'code="1"' in written
