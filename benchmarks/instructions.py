@@ -60,7 +60,10 @@ def _handwritten(name: str) -> Iterator[Callable[[], object]]:
         sim.install(sim.FakeNvml(sim.load_scenario(str(scenario))))
         try:
             exporter = Exporter()
-
+        except BaseException:
+            sim.uninstall()
+            raise
+        try:
             def cycle() -> object:
                 exporter.sample()
                 return gzip.compress(generate_latest(REGISTRY))

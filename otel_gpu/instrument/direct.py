@@ -44,10 +44,6 @@ DEFAULT_CARDINALITY_LIMIT = 2000
 OVERFLOW: dict[str, Any] = {"otel.metric.overflow": True}
 """The attributes of the series the SDK folds sets past the limit into."""
 _OVERFLOW_KEY = (("otel.metric.overflow", True),)
-KEYS_SLACK = 256
-"""Attribute objects whose key is remembered beyond twice a collection's points: past that
-the memory starts over (the next collection refills it), so objects made afresh each
-collection (a node-level row's) are not held for long."""
 
 Observe = Callable[[], Iterable[tuple[float, Any]]]
 """One instrument's callback: its points now, (value, attributes)."""
@@ -142,10 +138,6 @@ class DirectCollection:
         self._seen: dict[int, _Stream] = {}
         """The streams that observed something, in the order of their first observation (the
         SDK's order of metrics)."""
-        self._keys: dict[int, tuple[Any, tuple]] = {}
-        """id of an attributes object -> (the object, held so that its id is not reused;
-        its series key): the instruments hand out the same objects while devices and pods
-        do not change, so a point's key is sorted once, not every collection."""
         self._lock = threading.Lock()
 
     def collect(self) -> MetricsData | None:
@@ -159,8 +151,6 @@ class DirectCollection:
                     values[index] = observed
                     self._seen.setdefault(index, stream)
             collected = time_ns()
-            if len(self._keys) > 2 * sum(map(len, values.values())) + KEYS_SLACK:
-                self._keys.clear()
             scopes: dict[Any, list[Metric]] = {}
             for index, stream in self._seen.items():
                 got = values.get(index)
@@ -197,7 +187,6 @@ class DirectCollection:
             return None
         got: dict[tuple, float] = {}
         series, adds = stream.series, stream.kind is not Kind.GAUGE
-        keys = self._keys
         seen: list[Any] = []
         found: list[tuple] = []
         try:
@@ -217,12 +206,7 @@ class DirectCollection:
                     continue
                 seen.append(attrs)
                 attrs = attrs or {}
-                known = keys.get(id(attrs))
-                if known is not None and known[0] is attrs:
-                    key = known[1]
-                else:
-                    key = _key(attrs)
-                    keys[id(attrs)] = (attrs, key)
+                key = _key(attrs)
                 if key not in series:
                     if len(series) >= self._limit:
                         key = _OVERFLOW_KEY

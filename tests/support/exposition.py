@@ -50,37 +50,13 @@ def without_empty_labels(body: bytes) -> bytes:
     line (an empty label is no label), and ``{}`` left by that with it."""
     out = []
     for line in body.decode("utf-8").split("\n"):
-        if line and not line.startswith("#") and "{" in line:
-            head, brace, rest = line.partition("{")
-            block, close, tail = _split_block(rest)
-            block = ",".join(p for p in _pairs(block) if not p.endswith('=""'))
-            line = head + (brace + block + close if block else "") + tail
+        match = _LINE.match(line) if line and not line.startswith("#") else None
+        if match and match.group(2) is not None:
+            name, block, value = match.groups()
+            kept = ",".join(m.group(0) for m in _LABEL.finditer(block) if m.group(2))
+            line = f"{name}{{{kept}}} {value}" if kept else f"{name} {value}"
         out.append(line)
     return "\n".join(out).encode("utf-8")
-
-
-def _split_block(rest: str) -> tuple[str, str, str]:
-    """(the label pairs, ``}``, what follows) of a sample line after its ``{``."""
-    i, quoted = 0, False
-    while i < len(rest):
-        ch = rest[i]
-        if quoted and ch == "\\":
-            i += 2
-            continue
-        if ch == '"':
-            quoted = not quoted
-        elif ch == "}" and not quoted:
-            return rest[:i], "}", rest[i + 1:]
-        i += 1
-    raise AssertionError(f"no closing brace: {rest!r}")
-
-
-def _pairs(block: str) -> list[str]:
-    """The ``name="value"`` pairs of a label block, split on the commas between them."""
-    return [m.group(0) for m in _PAIR.finditer(block)]
-
-
-_PAIR = re.compile(r'[^=,{}"]+="(?:[^"\\]|\\.)*"')
 
 
 def series(text: str, name: str, **labels: str) -> list[tuple[dict[str, str], float]]:

@@ -190,11 +190,17 @@ def _braces(names: tuple[str, ...], values: Iterable[str], quoted: bool = False)
     return "{" + ",".join(f'{k}="{escape_value(v)}"' for k, v in pairs) + "}"
 
 
-def sample_line(prefix: str, quoted: bool, braces: str, value: str) -> str:
-    """One sample; a name outside the legacy set goes inside the braces, quoted."""
+def sample_head(prefix: str, quoted: bool, braces: str) -> str:
+    """A sample's text up to its value; a name outside the legacy set goes inside the
+    braces, quoted."""
     if quoted:
-        return f"{prefix},{braces[1:]} {value}\n" if braces else f"{prefix}}} {value}\n"
-    return f"{prefix}{braces} {value}\n"
+        return f"{prefix},{braces[1:]} " if braces else f"{prefix}}} "
+    return f"{prefix}{braces} "
+
+
+def sample_line(prefix: str, quoted: bool, braces: str, value: str) -> str:
+    """One sample."""
+    return f"{sample_head(prefix, quoted, braces)}{value}\n"
 
 
 def _shape_of(data: MetricsData) -> tuple[list[object], list[Any]]:
@@ -473,11 +479,7 @@ class TextWriter:
                 braces = _braces(family.labelnames, [labels.get(k, "") for k in labelnames],
                                  self._quoted)
                 entry.put(string_key, braces)
-            if quoted:
-                head = f"{prefix},{braces[1:]} " if braces else f"{prefix}}} "
-            else:
-                head = f"{prefix}{braces} "
-            lines.append((head, next(counter)))
+            lines.append((sample_head(prefix, quoted, braces), next(counter)))
 
     def _intern(self, names: tuple[str, ...]) -> tuple[str, ...]:
         """The same tuple object for the same names, so that its id can key the strings."""
