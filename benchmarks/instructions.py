@@ -15,6 +15,8 @@ Systems (``--systems``):
   publication with its render, one gzip scrape's body);
 - ``handwritten``: :mod:`benchmarks.handwritten`'s sample, then its
   prometheus_client body and its gzip, as one request pays it;
+- ``handwritten-same``: the same for its :class:`~benchmarks.handwritten.SameReads`,
+  which makes otel-gpu's NVML calls;
 - ``sample`` and ``collection``: otel-gpu's sample alone, and its collection alone
   (on the last sample);
 - ``field-batch``: one ``nvmlDeviceGetFieldValues`` with the fields and link states
@@ -44,22 +46,23 @@ from pathlib import Path
 from benchmarks.cycle import built
 from benchmarks.scenarios import NODES, node_list, write_scenario
 
-SYSTEMS = ("otel-gpu", "handwritten", "sample", "collection", "field-batch")
+SYSTEMS = ("otel-gpu", "handwritten", "handwritten-same", "sample", "collection",
+           "field-batch")
 _COLLECTED = re.compile(r"Collected : (\d+)")
 
 
 @contextlib.contextmanager
-def _handwritten(name: str) -> Iterator[Callable[[], object]]:
+def _handwritten(name: str, same: bool) -> Iterator[Callable[[], object]]:
     from prometheus_client import REGISTRY, generate_latest
 
-    from benchmarks.handwritten import Exporter
+    from benchmarks.handwritten import Exporter, SameReads
     from otel_gpu import sim
 
     with tempfile.TemporaryDirectory(prefix="otel-gpu-instructions-") as tmp:
         scenario = write_scenario(NODES[name], Path(tmp))
         sim.install(sim.FakeNvml(sim.load_scenario(str(scenario))))
         try:
-            exporter = Exporter()
+            exporter = SameReads() if same else Exporter()
         except BaseException:
             sim.uninstall()
             raise
@@ -77,8 +80,8 @@ def _handwritten(name: str) -> Iterator[Callable[[], object]]:
 @contextlib.contextmanager
 def _system(system: str, name: str) -> Iterator[Callable[[], object]]:
     """The function one cycle of ``system`` on node ``name`` is, warmed up."""
-    if system == "handwritten":
-        with _handwritten(name) as cycle:
+    if system in ("handwritten", "handwritten-same"):
+        with _handwritten(name, same=system == "handwritten-same") as cycle:
             for _ in range(5):
                 cycle()
             yield cycle
@@ -140,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", type=node_list, default="gpus-1")
     parser.add_argument("--cycles", type=int, default=100)
-    parser.add_argument("--systems", default="otel-gpu,handwritten,sample,collection",
+    parser.add_argument("--systems",
+                        default="otel-gpu,handwritten,handwritten-same,sample,collection",
                         help=f"comma-separated, of {', '.join(SYSTEMS)}")
     parser.add_argument("--child", choices=SYSTEMS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -197,15 +197,16 @@ def _counted_driver(counts: Counts, scenario: Path | None) -> None:
 
 
 def run_handwritten(scenario: Path | None, port_file: Path, counts_file: Path,
-                    interval: float) -> int:
+                    interval: float, same: bool = False) -> int:
     from benchmarks import handwritten
     from benchmarks.baselines import announce as write_port
 
     counts = Counts()
     _counted_driver(counts, scenario)
     serve_counts(counts, counts_file)
-    handwritten.Exporter.sample = marking(counts, handwritten.Exporter.sample)  # type: ignore[method-assign]
-    return handwritten.serve(interval, lambda port: write_port(port_file, port))
+    exporter = handwritten.SameReads if same else handwritten.Exporter
+    exporter.sample = marking(counts, exporter.sample)  # type: ignore[method-assign]
+    return handwritten.serve(interval, lambda port: write_port(port_file, port), same=same)
 
 
 def run_nvitop(scenario: Path | None, port_file: Path, counts_file: Path,
@@ -238,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     ours.add_argument("--counts-file", type=Path, required=True)
     ours.add_argument("--real", action="store_true", help="count calls to the real library")
     ours.add_argument("rest", nargs=argparse.REMAINDER)
-    for name, what in ((NVITOP, "nvitop-exporter"), ("handwritten", "the pynvml baseline")):
+    for name, what in ((NVITOP, "nvitop-exporter"), ("handwritten", "the pynvml baseline"),
+                       ("handwritten-same", "the pynvml baseline reading what otel-gpu reads")):
         peer = sub.add_parser(name, help=f"{what} on the simulator, or the real driver")
         where = peer.add_mutually_exclusive_group(required=True)
         where.add_argument("--scenario", type=Path)
@@ -250,8 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.system == "otel-gpu":
         rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
         return run_otel_gpu(rest, args.counts_file, args.real)
-    if args.system == "handwritten":
-        return run_handwritten(args.scenario, args.port_file, args.counts_file, args.interval)
+    if args.system in ("handwritten", "handwritten-same"):
+        return run_handwritten(args.scenario, args.port_file, args.counts_file, args.interval,
+                               same=args.system == "handwritten-same")
     if importlib.util.find_spec("nvitop_exporter") is None:  # found, not imported: see above
         print("nvitop-exporter is not installed: pip install 'nvitop-exporter==1.7.2' "
               "(the project's [bench] extra)", file=sys.stderr)

@@ -124,7 +124,9 @@ def wait_for_gpus(fetch: Callable[[], bytes], scenario: Path, gpus: int,
 
 
 def handwritten_command(scenario: Path, port_file: Path, counts_file: Path,
-                        interval: float) -> list[str]:
-    return [sys.executable, "-m", "benchmarks.launch", "handwritten", "--scenario",
+                        interval: float, same: bool = False) -> list[str]:
+    """``same``: the exporter reading what otel-gpu reads (``handwritten-same``)."""
+    return [sys.executable, "-m", "benchmarks.launch",
+            "handwritten-same" if same else "handwritten", "--scenario",
             str(scenario), "--port-file", str(port_file), "--counts-file", str(counts_file),
             "--interval", f"{interval:g}"]

@@ -9,7 +9,10 @@ one, unless the node names some), one at a time, interleaved over its repetition
 - ``handwritten``: a hand-written exporter reading NVML itself through pynvml
   on the same fake driver, rendering with prometheus_client per scrape
   (:mod:`benchmarks.handwritten` under :mod:`benchmarks.launch`, which counts
-  its calls and samples);
+  its calls and samples): the values most dashboards need, 22 series a GPU;
+- ``handwritten-same`` (``gpus-1`` only): the same kind of exporter making
+  otel-gpu's NVML calls with their arguments, each value a series: the baseline
+  for the fixed cost of a sample, where both read the same;
 - ``otel-gpu``: the real collector, ``otel_gpu.cli.main`` with ``--simulate
   FILE`` under :mod:`benchmarks.launch` (which counts its NVML calls at the
   fake library; pod attribution on, as installed by default; the pods node
@@ -84,6 +87,7 @@ from benchmarks import peer
 from benchmarks.baselines import series_file
 from benchmarks.report import FIGURES, KINDS, spread, table
 from benchmarks.scenarios import (
+    EVERYWHERE,
     NODES,
     SAMPLING,
     Node,
@@ -102,6 +106,7 @@ _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True) \
     if os.name == "posix" else None
 SAMPLES = "otel_gpu_samples_total"
 HANDWRITTEN = "handwritten"
+HANDWRITTEN_SAME = "handwritten-same"
 
 
 # --------------------------------------------------------------------------- /proc
@@ -419,10 +424,10 @@ class Bench:
                     time.sleep(0.1)
             return server, ready
         port_file = self.workdir / f"{kind}-{node.name}-{time.monotonic_ns()}.port"
-        if kind == HANDWRITTEN:  # it announces its port once its first sample is in
+        if kind in (HANDWRITTEN, HANDWRITTEN_SAME):  # it announces its port once it sampled
             scenario = write_scenario(node, self.workdir)
-            server = Server(peer.handwritten_command(scenario, port_file, counts, interval),
-                            port_file)
+            server = Server(peer.handwritten_command(scenario, port_file, counts, interval,
+                                                     same=kind == HANDWRITTEN_SAME), port_file)
             ready = server.wait_ready("/metrics")
             server.counts_port = peer.counts_port(counts, server.alive)
             return server, ready
@@ -524,7 +529,8 @@ class Bench:
         try:
             port = server.port
             assert port is not None
-            marker = {peer.NVITOP: peer.SAMPLE_MARKER, HANDWRITTEN: None}.get(kind, SAMPLES)
+            marker = {peer.NVITOP: peer.SAMPLE_MARKER, HANDWRITTEN: None,
+                      HANDWRITTEN_SAME: None}.get(kind, SAMPLES)
             first = fetch(port)
             clients = scrape_for(port, interval * s.cycle_intervals, s.clients, s.pause, marker)
             # then as many intervals with no scrape at all: the CPU of the cycles alone
@@ -554,7 +560,7 @@ class Bench:
             "after_sample_p99_ms": 1000 * pct(after, 0.99),
             "after_sample_scrapes": len(after),
         }
-        if kind in (peer.NVITOP, HANDWRITTEN):  # their bodies count no samples; launchers do
+        if kind in (peer.NVITOP, HANDWRITTEN, HANDWRITTEN_SAME):  # launchers count samples
             quiet = [c["samples"] if c else None for c in (counts_mid, counts_last)]
         else:
             quiet = [value(b, SAMPLES) for b in (mid, last)]
@@ -598,7 +604,7 @@ def run(configs: list[str], reps: int | None, settings: Settings,
                     node = NODES[name]
                     if rep >= (reps or node.reps):
                         continue
-                    kinds = [k for k in KINDS if node.kinds is None or k in node.kinds]
+                    kinds = [k for k in KINDS if k in (node.kinds or EVERYWHERE)]
                     turn = rep % len(kinds)
                     for kind in kinds[turn:] + kinds[:turn]:
                         started = time.monotonic()

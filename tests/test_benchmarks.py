@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import yaml
 from benchmarks import peer
 from benchmarks import run as bench
 from benchmarks.baselines import series_file
-from benchmarks.scenarios import NODES, scenario, write_scenario
+from benchmarks.scenarios import EVERYWHERE, NODES, scenario, write_scenario
 from otel_gpu.sim.scenario import load_scenario
 
 pytestmark = pytest.mark.timeout(180)
@@ -40,15 +41,15 @@ def test_the_quick_run_measures_every_server_on_the_same_series(
     written = json.loads((tmp_path / "out.json").read_text())
     assert written["meta"]["nodes"] == {"gpus-8": {"reps": 1, "interval": 0.5}}
     runs = written["results"]["gpus-8"]
-    assert set(runs) == set(bench.KINDS) == {
+    assert set(runs) == set(EVERYWHERE) == {
         "otel-gpu", "handwritten", "promclient", peer.NVITOP, "static"}
-    series = {kind: runs[kind][0]["cached"]["series"] for kind in bench.KINDS
+    series = {kind: runs[kind][0]["cached"]["series"] for kind in EVERYWHERE
               if kind != "handwritten"}
     assert series["otel-gpu"] == series["static"] == series["promclient"] > 700, series
     # the peer was measured on the simulated GPUs, every one of them
     assert runs[peer.NVITOP][0]["cached"]["peer_gpu_series"] == {
         family: 8 for family in peer.GPU_FAMILIES}
-    for kind in bench.KINDS:
+    for kind in EVERYWHERE:
         cached, cycle = runs[kind][0]["cached"], runs[kind][0]["cycle"]
         assert cached["errors"] == cycle["errors"] == 0
         assert cached["scrapes"] > 0 and cycle["scrapes"] > 0
@@ -167,8 +168,8 @@ def test_an_unknown_node_is_one_usage_error_naming_it(module: str, capsys) -> No
     assert "unknown configuration(s): gpus-9000; known: gpus-1, gpus-8," in err
 
 
-@pytest.mark.parametrize("system", ["otel-gpu", "handwritten", "sample", "collection",
-                                    "field-batch"])
+@pytest.mark.parametrize("system", ["otel-gpu", "handwritten", "handwritten-same", "sample",
+                                    "collection", "field-batch"])
 def test_each_system_the_instruction_count_runs_makes_its_cycles(system: str) -> None:
     """What runs under valgrind, run here without it: the system is built on the
     simulator and its cycles complete (valgrind itself is not in CI)."""
@@ -184,3 +185,71 @@ def test_the_instruction_count_refuses_an_unknown_system(capsys) -> None:
         instructions.main(["--systems", "otel-gpu,nope"])
     assert stopped.value.code == 2
     assert "unknown system(s): nope; known: otel-gpu," in capsys.readouterr().err
+
+
+def _calls_of_one_sample(module, sample) -> Counter:
+    """Each top-level NVML call one ``sample()`` makes through ``module``, with the
+    arguments that say what it asks for (ints, field requests, GPM metric ids)."""
+    made: Counter = Counter()
+    inside = [False]
+    real = {name: getattr(module, name) for name in dir(module)
+            if name.startswith("nvml") and callable(getattr(module, name))}
+
+    def spy(name: str, function):
+        def call(*args, **kwargs):
+            if inside[0]:  # pynvml calling itself (a versioned form): not the caller's call
+                return function(*args, **kwargs)
+            asked: list[object] = []
+            for arg in args:
+                if isinstance(arg, int):
+                    asked.append(arg)
+                elif isinstance(arg, list):
+                    asked.append(tuple(sorted(tuple(entry) for entry in arg)))
+                elif hasattr(arg, "numMetrics"):
+                    asked.append(tuple(arg.metrics[i].metricId for i in range(arg.numMetrics)))
+            made[(name, tuple(asked))] += 1
+            inside[0] = True
+            try:
+                return function(*args, **kwargs)
+            finally:
+                inside[0] = False
+        return call
+
+    for name, function in real.items():
+        setattr(module, name, spy(name, function))
+    try:
+        sample()
+    finally:
+        for name, function in real.items():
+            setattr(module, name, function)
+    return made
+
+
+def test_the_same_reads_baseline_makes_the_collectors_nvml_calls(tmp_path: Path) -> None:
+    """``handwritten-same`` is the baseline for what otel-gpu's own work costs only while
+    it reads what otel-gpu reads: every call of a sample, with its arguments."""
+    import prometheus_client
+
+    from benchmarks.cycle import built
+    from benchmarks.handwritten import GPM, LINKS, SameReads
+    from otel_gpu import sim
+
+    with built("gpus-1") as (service, cycle):
+        for _ in range(3):  # discovery, the first GPM sample: the steady state after
+            cycle()
+        ours = _calls_of_one_sample(service.nvml.module, service.sampler.sample)
+    sim.install(sim.FakeNvml(load_scenario(str(write_scenario(NODES["gpus-1"], tmp_path)))))
+    try:
+        exporter = SameReads()
+        for _ in range(3):
+            exporter.sample()
+        theirs = _calls_of_one_sample(exporter.nvml, exporter.sample)
+        body = prometheus_client.generate_latest(prometheus_client.REGISTRY).decode()
+    finally:
+        exporter.nvml.nvmlShutdown()
+        sim.uninstall()
+    assert sum(ours.values()) >= 19 and any("FieldValues" in name for name, _ in ours)
+    assert theirs == ours
+    lines = body.splitlines()  # and what it read is what it serves, a series a value
+    assert sum(ln.startswith("gpu_nvlink_state{") for ln in lines) == LINKS
+    assert sum(ln.startswith("gpu_gpm{") for ln in lines) == len(GPM)
