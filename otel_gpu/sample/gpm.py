@@ -225,8 +225,9 @@ class GpmCollector:
         request.numMetrics = len(wanted)
         request.sample1 = first
         request.sample2 = second
+        entries = request.metrics  # one Python-level lookup, not one per metric
         for i, metric in enumerate(wanted):
-            request.metrics[i].metricId = metric
+            entries[i].metricId = metric
         with worker.doing("nvmlGpmMetricsGet"):
             res = self._nvml.call(m.nvmlGpmMetricsGet, request)
         if not res.ok:
@@ -234,8 +235,7 @@ class GpmCollector:
             return
         answers: dict[int, float] = {}
         refused: dict[int, int] = {}
-        for i, metric in enumerate(wanted):
-            entry = request.metrics[i]
+        for metric, entry in zip(wanted, entries, strict=False):
             code = int(entry.nvmlReturn)
             if code == m.NVML_SUCCESS:
                 value = float(entry.value)

@@ -24,6 +24,7 @@ import enum
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 import pynvml
 
@@ -138,14 +139,14 @@ class Source:
     width: int = 0
     """The C width of the value, 32 or 64 bits; 0: from the unit (:data:`WIDE_UNITS`)."""
 
-    @property
+    @cached_property  # asked for every value of every sample: worked out once
     def bounds(self) -> tuple[float, float]:
         """The physical range (inclusive): the definition's, else the unit's."""
         low, high = BOUNDS.get(self.unit, (0.0, math.inf))
         return (low if self.minimum is None else self.minimum,
                 high if self.maximum is None else self.maximum)
 
-    @property
+    @cached_property
     def sentinel(self) -> int:
         """The least value that is NVML's "not available" (all ones) or saturated, in the
         value's width: never a reading, whatever the bound."""
