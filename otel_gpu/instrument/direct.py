@@ -117,8 +117,10 @@ class _Stream:
         self.instrument = instrument
         self.kind = kind
         self.observe = observe
-        self.series: dict[tuple, tuple[dict[str, Any], int]] = {}
-        """key -> (the series' attributes, its start time), first seen first."""
+        self.series: dict[tuple, tuple[dict[str, Any], int, tuple]] = {}
+        """key -> (the series' attributes, its start time, the key itself), first seen first:
+        an equal key made anew is swapped for the kept one, so that the last keys (below)
+        hold no second copy of them."""
         self.last: tuple[list[Any], list[tuple]] | None = None
         """The attribute objects the last collection kept, in order, and their series keys
         (all distinct): a collection of the same objects in the same order, all its values
@@ -158,7 +160,7 @@ class DirectCollection:
                     continue
                 gauge = stream.kind is Kind.GAUGE
                 points = [_point(attrs, None if gauge else start, collected, got[key])
-                          for key, (attrs, start) in stream.series.items() if key in got]
+                          for key, (attrs, start, _) in stream.series.items() if key in got]
                 instrument = stream.instrument
                 data: Gauge | Sum
                 if gauge:
@@ -207,13 +209,16 @@ class DirectCollection:
                 seen.append(attrs)
                 attrs = attrs or {}
                 key = _key(attrs)
-                if key not in series:
+                kept = series.get(key)
+                if kept is None:
                     if len(series) >= self._limit:
                         key = _OVERFLOW_KEY
-                        if key not in series:
-                            series[key] = (dict(OVERFLOW), now)
+                        kept = series.get(key)
+                        if kept is None:
+                            kept = series[key] = (dict(OVERFLOW), now, key)
                     else:
-                        series[key] = (_kept(attrs), now)
+                        kept = series[key] = (_kept(attrs), now, key)
+                key = kept[2]
                 found.append(key)
                 got[key] = got.get(key, 0) + value if adds else value
         except Exception:
