@@ -10,9 +10,9 @@ one, unless the node names some), one at a time, interleaved over its repetition
   on the same fake driver, rendering with prometheus_client per scrape
   (:mod:`benchmarks.handwritten` under :mod:`benchmarks.launch`, which counts
   its calls and samples): the values most dashboards need, 22 series a GPU;
-- ``handwritten-same`` (``gpus-1`` only): the same kind of exporter making
-  otel-gpu's NVML calls with their arguments, each value a series: the baseline
-  for the fixed cost of a sample, where both read the same;
+- ``handwritten-same`` (in no default node: :mod:`benchmarks.paired` runs it beside
+  otel-gpu, at the same time): the same kind of exporter making otel-gpu's NVML
+  calls with their arguments, each value a series;
 - ``otel-gpu``: the real collector, ``otel_gpu.cli.main`` with ``--simulate
   FILE`` under :mod:`benchmarks.launch` (which counts its NVML calls at the
   fake library; pod attribution on, as installed by default; the pods node

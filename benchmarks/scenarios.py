@@ -48,11 +48,12 @@ SAMPLING = ("otel-gpu", "handwritten", "handwritten-same", "nvitop-exporter")
 """The systems that read NVML themselves."""
 EVERYWHERE = ("otel-gpu", "handwritten", "promclient", "nvitop-exporter", "static")
 """The systems a node runs unless it names its own: all but ``handwritten-same``, whose
-reads are an H100's, run on ``gpus-1``, where what a sample costs is compared."""
+reads are an H100's and which :mod:`benchmarks.paired` runs beside otel-gpu."""
 
 NODES = {
     # the fixed cost of a sample: the systems that read NVML, more repetitions
-    "gpus-1": Node("gpus-1", 1, reps=3, kinds=SAMPLING),
+    # (handwritten-same is compared with otel-gpu at the same time: benchmarks.paired)
+    "gpus-1": Node("gpus-1", 1, reps=3, kinds=("otel-gpu", "handwritten", "nvitop-exporter")),
     "gpus-8": Node("gpus-8", 8, reps=2),
     "gpus-64": Node("gpus-64", 64, reps=1),
     # a cycle takes about 1 s of CPU here: a 2 s interval leaves a quiet gap; the peer,

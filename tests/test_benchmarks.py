@@ -156,7 +156,8 @@ def test_the_readers_benchmark_prints_a_row_per_node_with_its_ratios(capsys) -> 
     assert len(cells) == 6 and all(float(c.split()[0]) > 0 for c in cells[1:])
 
 
-@pytest.mark.parametrize("module", ["readers", "render", "run", "cycle", "instructions"])
+@pytest.mark.parametrize("module", ["readers", "render", "run", "cycle", "instructions",
+                                    "paired"])
 def test_an_unknown_node_is_one_usage_error_naming_it(module: str, capsys) -> None:
     import importlib
 
@@ -253,3 +254,30 @@ def test_the_same_reads_baseline_makes_the_collectors_nvml_calls(tmp_path: Path)
     lines = body.splitlines()  # and what it read is what it serves, a series a value
     assert sum(ln.startswith("gpu_nvlink_state{") for ln in lines) == LINKS
     assert sum(ln.startswith("gpu_gpm{") for ln in lines) == len(GPM)
+
+
+def test_the_paired_run_measures_every_system_in_the_same_windows(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import paired
+
+    out = tmp_path / "paired.json"
+    assert paired.main(["--systems", "otel-gpu,handwritten-same", "--windows", "2",
+                        "--seconds", "1", "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())["results"]["gpus-1"]
+    assert set(figures) == {"otel-gpu", "handwritten-same"}
+    assert all(len(v) == 2 and all(math.isfinite(x) and x > 0 for x in v)
+               for v in figures.values())
+    rows = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| gpus-1 |")]
+    assert [r.split("|")[2].strip() for r in rows] == ["otel-gpu", "handwritten-same"]
+    assert rows[0].rstrip().endswith("| - |") and not rows[1].rstrip().endswith("| - |")
+
+
+@pytest.mark.parametrize("argv", [["--systems", "otel-gpu"], ["--systems", "otel-gpu,nope"],
+                                  ["--windows", "0"], ["--seconds", "500"]])
+def test_the_paired_run_refuses_what_it_cannot_compare(argv: list[str], capsys) -> None:
+    from benchmarks import paired
+
+    with pytest.raises(SystemExit) as stopped:
+        paired.main(argv)
+    assert stopped.value.code == 2
+    assert "error:" in capsys.readouterr().err
