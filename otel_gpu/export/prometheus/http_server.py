@@ -29,6 +29,7 @@ import contextlib
 import io
 import logging
 import select
+import selectors
 import socket
 import ssl
 import sys
@@ -42,6 +43,9 @@ from otel_gpu._files import read_sysfs
 from otel_gpu._log import LogLimiter
 
 log = logging.getLogger(__name__)
+
+_Selector = getattr(selectors, "PollSelector", selectors.SelectSelector)
+"""The selector the accept loop waits in (socketserver's own choice)."""
 
 MAX_CONNECTIONS = 64
 """Connections served at once (one thread each)."""
@@ -295,6 +299,8 @@ class BoundedServer(HTTPServer):
         super().__init__(address, handler)
         self._handler = handler
         self._thread: threading.Thread | None = None
+        self._wake: tuple[socket.socket, socket.socket] | None = None
+        """A pair of sockets: a byte on the second wakes the accept loop to end."""
 
     @property
     def connections(self) -> int:
@@ -453,17 +459,49 @@ class BoundedServer(HTTPServer):
         return self.server_address[1]
 
     def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self.serve_forever, kwargs={"poll_interval": 0.2}, name="otel-gpu-http",
-            daemon=True,
-        )
+        self._wake = socket.socketpair()
+        self._thread = threading.Thread(target=self._accept_loop, name="otel-gpu-http",
+                                        daemon=True)
         self._thread.start()
 
+    def _accept_loop(self) -> None:
+        """Accept connections until :meth:`stop`, asleep in one ``select`` until a connection
+        or the stop arrives. (``serve_forever`` wakes every poll interval to look for a
+        stop: at 0.2 s, half a millisecond of CPU a second at one GPU, 7 % of the process.)"""
+        assert self._wake is not None
+        with _Selector() as selector:
+            selector.register(self, selectors.EVENT_READ)
+            selector.register(self._wake[0], selectors.EVENT_READ)
+            while True:
+                ready = selector.select()
+                if any(key.fileobj is self._wake[0] for key, _ in ready):
+                    return
+                if ready:
+                    self._accept_one()
+
+    def _accept_one(self) -> None:
+        """One waiting connection accepted and handed to its thread (socketserver's steps)."""
+        try:
+            request, client_address = self.get_request()
+        except OSError:
+            return
+        if not self.verify_request(request, client_address):
+            self.shutdown_request(request)
+            return
+        try:
+            self.process_request(request, client_address)
+        except Exception:  # noqa: BLE001 - said by handle_error, one rate-limited line
+            self.handle_error(request, client_address)
+            self.shutdown_request(request)
+
     def stop(self) -> None:
-        if self._thread is not None:
-            self.shutdown()
+        if self._thread is not None and self._wake is not None:
+            with contextlib.suppress(OSError):
+                self._wake[1].send(b"\0")
             self._thread.join(2.0)
         self.server_close()
+        for end in self._wake or ():
+            end.close()
         with self._conns_lock:
             for conn in self._conns:
                 conn.kick()
