@@ -28,7 +28,8 @@ from rotting, and then:
 4. **latency**: p50/p90 of each NVML function the collector calls (``--latency-calls``
    calls each).
 5. **cost**: otel-gpu, nvitop-exporter (when importable) and the hand-written pynvml
-   exporter (:mod:`benchmarks.handwritten`), each under :mod:`benchmarks.launch`, which
+   exporters (:mod:`benchmarks.handwritten`: the usual values, and ``handwritten-same``,
+   the collector's reads), each under :mod:`benchmarks.launch`, which
    counts NVML calls at the library: CPU per sample and per gzip scrape from ``/proc``,
    RSS, NVML calls per GPU per sample.
 
@@ -2038,7 +2039,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="cost: the window of samples with nobody scraping")
     parser.add_argument("--scrape-seconds", type=float, default=2.0,
                         help="cost: the window of back-to-back gzip scrapes")
-    parser.add_argument("--systems", default="otel-gpu,handwritten,nvitop-exporter",
+    parser.add_argument("--systems",
+                        default="otel-gpu,handwritten,handwritten-same,nvitop-exporter",
                         help="cost: which systems, comma-separated")
     parser.add_argument("--skip", default="", help="comma-separated: load, pods, cost, latency")
     args = parser.parse_args(argv)
