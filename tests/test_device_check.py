@@ -28,7 +28,7 @@ def check(out: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_the_check_passes_on_the_simulator_and_writes_both_reports(tmp_path):
-    done = check(tmp_path, *FAST, "--systems", "otel-gpu,handwritten")
+    done = check(tmp_path, *FAST, "--systems", "otel-gpu,handwritten,handwritten-same")
     assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads((tmp_path / "device-check.json").read_text())
     report = (tmp_path / "device-check.md").read_text()
@@ -49,8 +49,15 @@ def test_the_check_passes_on_the_simulator_and_writes_both_reports(tmp_path):
     memory = {r["what"]: r["exported"] for r in data["rows"] if r["phase"] == "pods-2"
               and r["family"] == "nvidia_gpu_k8s_memory_usage_bytes" and r["what"] != "sum of rows"}
     assert memory == {"check-a": 3 << 30, "check-b": 1 << 30}
-    assert set(data["cost"]) == {"otel-gpu", "handwritten"}
+    assert set(data["cost"]) == {"otel-gpu", "handwritten", "handwritten-same"}
     assert data["cost"]["otel-gpu"]["nvml_calls_per_gpu_per_sample"] > 0
+    # the baseline reading what otel-gpu reads calls nothing otel-gpu does not, the batch
+    # and GPM included (tests/test_benchmarks.py compares the two call by call)
+    same = data["cost"]["handwritten-same"]["nvml_calls_by_symbol"]
+    ours = data["cost"]["otel-gpu"]["nvml_calls_by_symbol"]
+    assert set(same) <= set(ours)
+    assert same["nvmlDeviceGetFieldValues"] == ours["nvmlDeviceGetFieldValues"] == 1.0
+    assert same["nvmlGpmSampleGet"] > 0 and same["nvmlGpmMetricsGet"] > 0
     assert data["latency"]["functions"]
     assert "PASS" in report and "NVIDIA H100 80GB HBM3" in report and "550.90.07" in report
 
