@@ -39,47 +39,92 @@ def _safe(call: Callable[[], Any]) -> Any:
         return None
 
 
-class Exporter:
-    """Every GPU's values, refreshed by :meth:`sample`."""
+def _gauge(name: str, doc: str, *extra: str) -> Any:
+    """A Gauge with the GPU's labels and ``extra``."""
+    from prometheus_client import Gauge
+
+    return Gauge(name, doc, (*LABELS, *extra))
+
+
+class _PerGpu:
+    """What both exporters read alike on every GPU: utilization (with the encoder and
+    decoder), the four clocks, the P-state, the PCIe link, the clock event reasons and the
+    compute processes, into the same families; and the set-up they share."""
 
     def __init__(self) -> None:
         import prometheus_client
         import pynvml
-        from prometheus_client import Counter, Gauge
 
         prometheus_client.disable_created_metrics()
         for collector in list(prometheus_client.REGISTRY._collector_to_names):
             prometheus_client.REGISTRY.unregister(collector)  # no process/platform series
-        self.nvml = pynvml
+        m = self.nvml = pynvml
         pynvml.nvmlInit()
+        self.util = _gauge("gpu_utilization_ratio", "busy fraction", "engine")
+        self.clock = _gauge("gpu_clock_hertz", "clock", "domain")
+        self.pstate = _gauge("gpu_performance_state", "P-state")
+        self.pcie = _gauge("gpu_pcie_link", "PCIe link", "what")
+        self.procs = _gauge("gpu_processes", "compute processes")
+        self.throttle = _gauge("gpu_clock_event_reasons", "clock event reasons bitmask")
+        self.domains = {"sm": m.NVML_CLOCK_SM, "memory": m.NVML_CLOCK_MEM,
+                        "graphics": m.NVML_CLOCK_GRAPHICS, "video": m.NVML_CLOCK_VIDEO}
+
+    def _read_common(self, handle: Any, labels: tuple[str, ...]) -> None:
+        m = self.nvml
+        util = _safe(lambda: m.nvmlDeviceGetUtilizationRates(handle))
+        if util is not None:
+            self.util.labels(*labels, "gpu").set(util.gpu / 100)
+            self.util.labels(*labels, "memory").set(util.memory / 100)
+        for engine, call in (("encoder", m.nvmlDeviceGetEncoderUtilization),
+                             ("decoder", m.nvmlDeviceGetDecoderUtilization)):
+            got = _safe(lambda c=call: c(handle))
+            if got is not None:
+                self.util.labels(*labels, engine).set(got[0] / 100)
+        for domain, clock in self.domains.items():
+            mhz = _safe(lambda c=clock: m.nvmlDeviceGetClockInfo(handle, c))
+            if mhz is not None:
+                self.clock.labels(*labels, domain).set(mhz * 1e6)
+        pstate = _safe(lambda: m.nvmlDeviceGetPerformanceState(handle))
+        if pstate is not None and pstate < 32:
+            self.pstate.labels(*labels).set(pstate)
+        for what, call in (("generation", m.nvmlDeviceGetCurrPcieLinkGeneration),
+                           ("width", m.nvmlDeviceGetCurrPcieLinkWidth)):
+            got = _safe(lambda c=call: c(handle))
+            if got is not None:
+                self.pcie.labels(*labels, what).set(got)
+        reasons = _safe(lambda: m.nvmlDeviceGetCurrentClocksEventReasons(handle))
+        if reasons is not None:
+            self.throttle.labels(*labels).set(reasons)
+        procs = _safe(lambda: m.nvmlDeviceGetComputeRunningProcesses(handle))
+        if procs is not None:
+            self.procs.labels(*labels).set(len(procs))
+
+
+class Exporter(_PerGpu):
+    """Every GPU's values, refreshed by :meth:`sample`."""
+
+    def __init__(self) -> None:
+        from prometheus_client import Counter
+
+        super().__init__()
+        pynvml = self.nvml
         self.gpus = []
         for i in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)
             labels = (str(i), pynvml.nvmlDeviceGetUUID(handle), pynvml.nvmlDeviceGetName(handle))
             self.gpus.append((handle, labels))
 
-        def gauge(name: str, doc: str, *extra: str) -> Any:
-            return Gauge(name, doc, (*LABELS, *extra))
-
-        self.memory = gauge("gpu_memory_bytes", "framebuffer", "state")
-        self.util = gauge("gpu_utilization_ratio", "busy fraction", "engine")
-        self.temp = gauge("gpu_temperature_celsius", "die temperature")
-        self.power = gauge("gpu_power_watts", "board power")
+        self.memory = _gauge("gpu_memory_bytes", "framebuffer", "state")
+        self.temp = _gauge("gpu_temperature_celsius", "die temperature")
+        self.power = _gauge("gpu_power_watts", "board power")
         self.energy = Counter("gpu_energy_joules", "energy since the driver loaded", LABELS)
-        self.clock = gauge("gpu_clock_hertz", "clock", "domain")
-        self.max_clock = gauge("gpu_clock_max_hertz", "highest clock", "domain")
-        self.pstate = gauge("gpu_performance_state", "P-state")
-        self.limit = gauge("gpu_power_limit_watts", "enforced power limit")
-        self.pcie = gauge("gpu_pcie_link", "PCIe link", "what")
-        self.procs = gauge("gpu_processes", "compute processes")
-        self.throttle = gauge("gpu_clock_event_reasons", "clock event reasons bitmask")
-        self.ecc = gauge("gpu_ecc_errors", "volatile ECC errors", "type")
-        self.remap = gauge("gpu_remapped_rows", "remapped rows", "type")
-        self.fan = gauge("gpu_fan_ratio", "fan speed")
+        self.max_clock = _gauge("gpu_clock_max_hertz", "highest clock", "domain")
+        self.limit = _gauge("gpu_power_limit_watts", "enforced power limit")
+        self.ecc = _gauge("gpu_ecc_errors", "volatile ECC errors", "type")
+        self.remap = _gauge("gpu_remapped_rows", "remapped rows", "type")
+        self.fan = _gauge("gpu_fan_ratio", "fan speed")
         self._energy_seen: dict[str, float] = {}
         m = pynvml
-        self.domains = {"sm": m.NVML_CLOCK_SM, "memory": m.NVML_CLOCK_MEM,
-                        "graphics": m.NVML_CLOCK_GRAPHICS, "video": m.NVML_CLOCK_VIDEO}
         for handle, labels in self.gpus:
             for domain, clock in self.domains.items():
                 mhz = _safe(lambda h=handle, c=clock: m.nvmlDeviceGetMaxClockInfo(h, c))
@@ -94,15 +139,7 @@ class Exporter:
             if mem is not None:
                 self.memory.labels(*labels, "used").set(mem.used)
                 self.memory.labels(*labels, "total").set(mem.total)
-            util = _safe(lambda h=handle: m.nvmlDeviceGetUtilizationRates(h))
-            if util is not None:
-                self.util.labels(*labels, "gpu").set(util.gpu / 100)
-                self.util.labels(*labels, "memory").set(util.memory / 100)
-            for engine, call in (("encoder", m.nvmlDeviceGetEncoderUtilization),
-                                 ("decoder", m.nvmlDeviceGetDecoderUtilization)):
-                got = _safe(lambda h=handle, c=call: c(h))
-                if got is not None:
-                    self.util.labels(*labels, engine).set(got[0] / 100)
+            self._read_common(handle, labels)
             temp = _safe(lambda h=handle: m.nvmlDeviceGetTemperature(h, m.NVML_TEMPERATURE_GPU))
             if temp is not None:
                 self.temp.labels(*labels).set(temp)
@@ -115,27 +152,9 @@ class Exporter:
                 if before is not None and energy >= before:
                     self.energy.labels(*labels).inc((energy - before) / 1000)
                 self._energy_seen[labels[1]] = energy
-            for domain, clock in self.domains.items():
-                mhz = _safe(lambda h=handle, c=clock: m.nvmlDeviceGetClockInfo(h, c))
-                if mhz is not None:
-                    self.clock.labels(*labels, domain).set(mhz * 1e6)
-            pstate = _safe(lambda h=handle: m.nvmlDeviceGetPerformanceState(h))
-            if pstate is not None and pstate < 32:
-                self.pstate.labels(*labels).set(pstate)
             limit = _safe(lambda h=handle: m.nvmlDeviceGetEnforcedPowerLimit(h))
             if limit is not None:
                 self.limit.labels(*labels).set(limit / 1000)
-            for what, call in (("generation", m.nvmlDeviceGetCurrPcieLinkGeneration),
-                               ("width", m.nvmlDeviceGetCurrPcieLinkWidth)):
-                got = _safe(lambda h=handle, c=call: c(h))
-                if got is not None:
-                    self.pcie.labels(*labels, what).set(got)
-            procs = _safe(lambda h=handle: m.nvmlDeviceGetComputeRunningProcesses(h))
-            if procs is not None:
-                self.procs.labels(*labels).set(len(procs))
-            reasons = _safe(lambda h=handle: m.nvmlDeviceGetCurrentClocksEventReasons(h))
-            if reasons is not None:
-                self.throttle.labels(*labels).set(reasons)
             for kind, error_type in (("corrected", m.NVML_MEMORY_ERROR_TYPE_CORRECTED),
                                      ("uncorrected", m.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)):
                 got = _safe(lambda h=handle, t=error_type: m.nvmlDeviceGetTotalEccErrors(
@@ -179,7 +198,7 @@ GPM = (
 _VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 
 
-class SameReads:
+class SameReads(_PerGpu):
     """What otel-gpu reads from each GPU every sample, read by hand into prometheus_client.
 
     Values NVML refuses are skipped, as a hand-written exporter does; nothing is
@@ -187,15 +206,10 @@ class SameReads:
     """
 
     def __init__(self) -> None:
-        import prometheus_client
-        import pynvml
         from prometheus_client import Gauge
 
-        prometheus_client.disable_created_metrics()
-        for collector in list(prometheus_client.REGISTRY._collector_to_names):
-            prometheus_client.REGISTRY.unregister(collector)
-        m = self.nvml = pynvml
-        pynvml.nvmlInit()
+        super().__init__()
+        m = self.nvml
         self.events = m.nvmlEventSetCreate()
         self.gpus: list[tuple[Any, tuple[str, ...], list[Any]]] = []
         for i in range(m.nvmlDeviceGetCount()):
@@ -216,19 +230,11 @@ class SameReads:
         self.field = {name: Gauge(f"gpu_{name}", name,
                                   (*LABELS, "link") if name == "nvlink_state" else LABELS)
                       for name in dict.fromkeys(self.names)}
-        self.gpm = Gauge("gpu_gpm", "GPM metrics", (*LABELS, "metric"))
-        self.util = Gauge("gpu_utilization_ratio", "busy fraction", (*LABELS, "engine"))
-        self.memory = Gauge("gpu_memory_bytes", "framebuffer", (*LABELS, "state"))
-        self.temp = Gauge("gpu_temperature_celsius", "die temperature", LABELS)
-        self.clock = Gauge("gpu_clock_hertz", "clock", (*LABELS, "domain"))
-        self.pstate = Gauge("gpu_performance_state", "P-state", LABELS)
-        self.pcie = Gauge("gpu_pcie_link", "PCIe link", (*LABELS, "what"))
-        self.reasons = Gauge("gpu_clock_event_reasons", "clock event reasons", LABELS)
-        self.procs = Gauge("gpu_processes", "compute processes", LABELS)
-        self.xid = Gauge("gpu_xid_last", "the last XID", LABELS)
+        self.gpm = _gauge("gpu_gpm", "GPM metrics", "metric")
+        self.memory = _gauge("gpu_memory_bytes", "framebuffer", "state")
+        self.temp = _gauge("gpu_temperature_celsius", "die temperature")
+        self.xid = _gauge("gpu_xid_last", "the last XID")
         self.count = Gauge("gpu_count", "GPUs NVML reports", ())
-        self.domains = {"sm": m.NVML_CLOCK_SM, "memory": m.NVML_CLOCK_MEM,
-                        "graphics": m.NVML_CLOCK_GRAPHICS, "video": m.NVML_CLOCK_VIDEO}
         self.previous: dict[int, Any] = {}
 
     def sample(self) -> None:
@@ -252,15 +258,6 @@ class SameReads:
                     value = getattr(entry.value, _VALUE_MEMBERS[entry.valueType])
                     series = (*labels, str(scope)) if name == "nvlink_state" else labels
                     self.field[name].labels(*series).set(value)
-            util = _safe(lambda h=handle: m.nvmlDeviceGetUtilizationRates(h))
-            if util is not None:
-                self.util.labels(*labels, "gpu").set(util.gpu / 100)
-                self.util.labels(*labels, "memory").set(util.memory / 100)
-            for engine, call in (("encoder", m.nvmlDeviceGetEncoderUtilization),
-                                 ("decoder", m.nvmlDeviceGetDecoderUtilization)):
-                got = _safe(lambda h=handle, c=call: c(h))
-                if got is not None:
-                    self.util.labels(*labels, engine).set(got[0] / 100)
             mem = _safe(lambda h=handle: m.nvmlDeviceGetMemoryInfo(h, version=m.nvmlMemory_v2))
             if mem is not None:
                 for state in ("total", "used", "free", "reserved"):
@@ -268,24 +265,7 @@ class SameReads:
             temp = _safe(lambda h=handle: m.nvmlDeviceGetTemperatureV(h, m.NVML_TEMPERATURE_GPU))
             if temp is not None:
                 self.temp.labels(*labels).set(temp)
-            for domain, clock in self.domains.items():
-                mhz = _safe(lambda h=handle, c=clock: m.nvmlDeviceGetClockInfo(h, c))
-                if mhz is not None:
-                    self.clock.labels(*labels, domain).set(mhz * 1e6)
-            pstate = _safe(lambda h=handle: m.nvmlDeviceGetPerformanceState(h))
-            if pstate is not None and pstate < 32:
-                self.pstate.labels(*labels).set(pstate)
-            for what, call in (("generation", m.nvmlDeviceGetCurrPcieLinkGeneration),
-                               ("width", m.nvmlDeviceGetCurrPcieLinkWidth)):
-                got = _safe(lambda h=handle, c=call: c(h))
-                if got is not None:
-                    self.pcie.labels(*labels, what).set(got)
-            reasons = _safe(lambda h=handle: m.nvmlDeviceGetCurrentClocksEventReasons(h))
-            if reasons is not None:
-                self.reasons.labels(*labels).set(reasons)
-            procs = _safe(lambda h=handle: m.nvmlDeviceGetComputeRunningProcesses(h))
-            if procs is not None:
-                self.procs.labels(*labels).set(len(procs))
+            self._read_common(handle, labels)
             self._gpm(n, handle, labels, gpm)
 
     def _gpm(self, n: int, handle: Any, labels: tuple[str, ...], buffers: list[Any]) -> None:

@@ -13,9 +13,8 @@ import json
 import statistics
 from pathlib import Path
 
-KINDS = ("otel-gpu", "handwritten", "handwritten-same", "promclient", "nvitop-exporter",
-         "static")
-BASES = ("handwritten", "handwritten-same", "promclient", "nvitop-exporter", "static")
+KINDS = ("otel-gpu", "handwritten", "promclient", "nvitop-exporter", "static")
+BASES = ("handwritten", "promclient", "nvitop-exporter", "static")
 """The systems otel-gpu's figures are divided by, one ratio column each."""
 
 FIGURES = (
@@ -135,10 +134,6 @@ def targets(kinds: dict) -> str:
     if paced is not None and handwritten:
         parts.append(f"CPU per sample interval with one gzip scrape, over the hand-written "
                      f"exporter's: {paced / handwritten:.2f}")
-    same = med("handwritten-same", "paced", "cpu_per_interval_ms")
-    if paced is not None and same:
-        parts.append(f"over the hand-written exporter reading the same NVML values "
-                     f"(target 1.3): {paced / same:.2f}")
     return "; ".join(parts) + "." if parts else ""
 
 

@@ -10,9 +10,9 @@ one, unless the node names some), one at a time, interleaved over its repetition
   on the same fake driver, rendering with prometheus_client per scrape
   (:mod:`benchmarks.handwritten` under :mod:`benchmarks.launch`, which counts
   its calls and samples): the values most dashboards need, 22 series a GPU;
-- ``handwritten-same`` (in no default node: :mod:`benchmarks.paired` runs it beside
-  otel-gpu, at the same time): the same kind of exporter making otel-gpu's NVML
-  calls with their arguments, each value a series;
+- ``handwritten-same`` is started here for :mod:`benchmarks.paired`, which runs it
+  beside otel-gpu at the same time (no node of this run has it): the same kind of
+  exporter making otel-gpu's NVML calls with their arguments, each value a series;
 - ``otel-gpu``: the real collector, ``otel_gpu.cli.main`` with ``--simulate
   FILE`` under :mod:`benchmarks.launch` (which counts its NVML calls at the
   fake library; pod attribution on, as installed by default; the pods node
@@ -87,7 +87,6 @@ from benchmarks import peer
 from benchmarks.baselines import series_file
 from benchmarks.report import FIGURES, KINDS, spread, table
 from benchmarks.scenarios import (
-    EVERYWHERE,
     NODES,
     SAMPLING,
     Node,
@@ -529,8 +528,7 @@ class Bench:
         try:
             port = server.port
             assert port is not None
-            marker = {peer.NVITOP: peer.SAMPLE_MARKER, HANDWRITTEN: None,
-                      HANDWRITTEN_SAME: None}.get(kind, SAMPLES)
+            marker = {peer.NVITOP: peer.SAMPLE_MARKER, HANDWRITTEN: None}.get(kind, SAMPLES)
             first = fetch(port)
             clients = scrape_for(port, interval * s.cycle_intervals, s.clients, s.pause, marker)
             # then as many intervals with no scrape at all: the CPU of the cycles alone
@@ -560,7 +558,7 @@ class Bench:
             "after_sample_p99_ms": 1000 * pct(after, 0.99),
             "after_sample_scrapes": len(after),
         }
-        if kind in (peer.NVITOP, HANDWRITTEN, HANDWRITTEN_SAME):  # launchers count samples
+        if kind in (peer.NVITOP, HANDWRITTEN):  # their bodies count no samples; launchers do
             quiet = [c["samples"] if c else None for c in (counts_mid, counts_last)]
         else:
             quiet = [value(b, SAMPLES) for b in (mid, last)]
@@ -604,7 +602,7 @@ def run(configs: list[str], reps: int | None, settings: Settings,
                     node = NODES[name]
                     if rep >= (reps or node.reps):
                         continue
-                    kinds = [k for k in KINDS if k in (node.kinds or EVERYWHERE)]
+                    kinds = [k for k in KINDS if node.kinds is None or k in node.kinds]
                     turn = rep % len(kinds)
                     for kind in kinds[turn:] + kinds[:turn]:
                         started = time.monotonic()

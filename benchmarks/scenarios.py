@@ -28,7 +28,7 @@ H100_1G_GI_IDS = (7, 8, 9, 10, 11, 12, 13)
 class Node:
     """One benchmark configuration: its name, GPUs, MIG instances per GPU and pods; the
     repetitions a default run gives it, its sample interval (None: the run's) and the
-    systems it runs (None: those of :data:`EVERYWHERE`)."""
+    systems it runs (None: every one of :data:`benchmarks.report.KINDS`)."""
 
     name: str
     gpus: int
@@ -46,9 +46,6 @@ class Node:
 
 SAMPLING = ("otel-gpu", "handwritten", "handwritten-same", "nvitop-exporter")
 """The systems that read NVML themselves."""
-EVERYWHERE = ("otel-gpu", "handwritten", "promclient", "nvitop-exporter", "static")
-"""The systems a node runs unless it names its own: all but ``handwritten-same``, whose
-reads are an H100's and which :mod:`benchmarks.paired` runs beside otel-gpu."""
 
 NODES = {
     # the fixed cost of a sample: the systems that read NVML, more repetitions

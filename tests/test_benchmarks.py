@@ -16,7 +16,7 @@ import yaml
 from benchmarks import peer
 from benchmarks import run as bench
 from benchmarks.baselines import series_file
-from benchmarks.scenarios import EVERYWHERE, NODES, scenario, write_scenario
+from benchmarks.scenarios import NODES, scenario, write_scenario
 from otel_gpu.sim.scenario import load_scenario
 
 pytestmark = pytest.mark.timeout(180)
@@ -41,15 +41,15 @@ def test_the_quick_run_measures_every_server_on_the_same_series(
     written = json.loads((tmp_path / "out.json").read_text())
     assert written["meta"]["nodes"] == {"gpus-8": {"reps": 1, "interval": 0.5}}
     runs = written["results"]["gpus-8"]
-    assert set(runs) == set(EVERYWHERE) == {
+    assert set(runs) == set(bench.KINDS) == {
         "otel-gpu", "handwritten", "promclient", peer.NVITOP, "static"}
-    series = {kind: runs[kind][0]["cached"]["series"] for kind in EVERYWHERE
+    series = {kind: runs[kind][0]["cached"]["series"] for kind in bench.KINDS
               if kind != "handwritten"}
     assert series["otel-gpu"] == series["static"] == series["promclient"] > 700, series
     # the peer was measured on the simulated GPUs, every one of them
     assert runs[peer.NVITOP][0]["cached"]["peer_gpu_series"] == {
         family: 8 for family in peer.GPU_FAMILIES}
-    for kind in EVERYWHERE:
+    for kind in bench.KINDS:
         cached, cycle = runs[kind][0]["cached"], runs[kind][0]["cycle"]
         assert cached["errors"] == cycle["errors"] == 0
         assert cached["scrapes"] > 0 and cycle["scrapes"] > 0
