@@ -1737,7 +1737,7 @@ class Options:
 
 
 def run(opts: Options, argv: list[str]) -> Result:
-    result = Result(started=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    result = Result(started=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                     mode=f"simulated ({opts.simulate})" if opts.simulate else "real driver",
                     command=["python", "-m", "benchmarks.device_check", *argv])
     began = time.monotonic()

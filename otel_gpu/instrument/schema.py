@@ -16,7 +16,7 @@ from otel_gpu.sample.sources import Source
 from otel_gpu.snapshot import FAILED, DeviceSample, Snapshot
 
 
-class Kind(str, enum.Enum):
+class Kind(enum.StrEnum):
     """OpenTelemetry observable instrument kinds used by the catalog."""
 
     GAUGE = "gauge"

@@ -28,7 +28,7 @@ from typing import Any
 import pynvml
 
 
-class Outcome(str, enum.Enum):
+class Outcome(enum.StrEnum):
     OK = "ok"
     UNSUPPORTED = "unsupported"
     """The device cannot give this value: omit it, log once, stop asking."""

@@ -123,7 +123,7 @@ def make_certs(
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     # Backdate a little so that a clock a few seconds off does not matter.
-    not_before = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)
+    not_before = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
     not_after = not_before + valid_for
 
     ca_key = ec.generate_private_key(ec.SECP256R1())
