@@ -7,6 +7,7 @@ every clone.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,8 @@ GEN = ROOT / "scripts" / "gen_proto.py"
 STUBS = ROOT / "otel_gpu" / "attribute" / "k8s" / "_proto"
 KUBELET = ROOT / "proto" / "kubelet" / "podresources"
 """The kubelet's api.proto files, unchanged (proto/README.md)."""
+PROTOC_PYTHON = os.environ.get("PROTOC_PYTHON") or sys.executable
+"""A Python with grpcio-tools (scripts/gen_proto.py says why it may be another one)."""
 
 
 def run_gen(*args: str) -> subprocess.CompletedProcess[str]:
@@ -93,7 +96,7 @@ def _shape(fdp: descriptor_pb2.FileDescriptorProto) -> dict:
 def test_wire_compatible_with_kubelet_schema(version: str, module, tmp_path) -> None:
     out = tmp_path / "ref.pb"
     subprocess.run(
-        [sys.executable, "-m", "grpc_tools.protoc", f"-I{KUBELET / version}",
+        [PROTOC_PYTHON, "-m", "grpc_tools.protoc", f"-I{KUBELET / version}",
          f"--descriptor_set_out={out}", "api.proto"],
         check=True, timeout=60,
     )  # fmt: skip
@@ -124,7 +127,7 @@ def test_a_difference_on_the_wire_fails_the_comparison(tmp_path) -> None:
 
     def shape_of(directory: Path) -> dict:
         out = tmp_path / f"{directory.name}.pb"
-        subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{directory}",
+        subprocess.run([PROTOC_PYTHON, "-m", "grpc_tools.protoc", f"-I{directory}",
                         f"--descriptor_set_out={out}", "api.proto"], check=True, timeout=60)
         return _shape(descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file[0])
 
