@@ -5,7 +5,13 @@ asked about no GPU; a driver call among them that never returns used to hold
 the sampler thread and with it every GPU. Here each is a job under the read
 deadline, on a worker of its own (a negative index: no GPU has one), so a hung
 one costs what it gives (the count: the known GPUs are read as before; the
-events: none this sample) and is named among the sample's problems.
+events: none this sample) and is named among the sample's problems, and in the
+log once until it answers again.
+
+A drain of the event set that outlasts the deadline has taken its events out of
+the driver: they exist nowhere else. Its result is read by the first sample
+after it returns (:meth:`Workers.late`), so every event drained is counted,
+however late.
 
 A count is also checked before it is believed: NVML's all-ones, a count past
 any node, or one the handles contradict (a GPU still answers at an index the
@@ -14,9 +20,11 @@ count says is gone, or none at an index it says is new) keeps the GPUs known.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
+from otel_gpu._log import LogLimiter
 from otel_gpu.sample.containment import ReaderFailures, describe
 from otel_gpu.sample.library import Nvml, Outcome, Result
 from otel_gpu.sample.topology import Topology
@@ -25,6 +33,8 @@ from otel_gpu.sample.xid import XidEvents
 
 COUNT, SETUP, EVENTS = -1, -2, -3
 """The node's workers: the count, the driver version and event set, the XID events."""
+log = logging.getLogger(__name__)
+
 MAX_GPUS = 1024
 """More GPUs than one node holds (a 512-GPU node is the largest the tests run): a count
 past it is no count."""
@@ -44,6 +54,11 @@ class NodeCalls:
         self._failures = failures
         self._timeout = timeout
         self._clock = clock
+        self._hung: dict[int, float] = {}
+        """The node's workers whose call has not returned, since when: logged once each."""
+        self._limited = LogLimiter(log, 300.0, clock=clock)
+        """A drain slow for minutes on end hangs and answers by turns: a line each way per
+        five minutes, with the count of those held back."""
 
     def count(self, problems: list[str]) -> Result | None:
         """The device count's answer; None where the call hung or raised (said among
@@ -57,17 +72,28 @@ class NodeCalls:
 
     def events(self, problems: list[str]) -> None:
         """The XID events waiting, applied to their GPUs on this (the sampler's) thread."""
+        late = self._workers.late(EVENTS)
+        if late is not None:  # a drain that returned after its deadline: its events first
+            self._answered(EVENTS, "nvmlEventSetWait")
+            if late.error is not None:
+                self._failures.record("the node", "nvmlEventSetWait", describe(late.error),
+                                      late.error)
+            else:
+                self._xid.apply(late.result)
         if not self._xid.is_ready:
             return
-        found = self._run(EVENTS, self._xid.collect, "nvmlEventSetWait", problems)
+        found = self._run(EVENTS, self._xid.collect, "nvmlEventSetWait", problems,
+                          then="the XID events it drains are counted once it returns")
         if found is not None:
             self._xid.apply(found)
 
     def _run(self, key: int, job: Callable[[DeviceWorker], Any], what: str,
-             problems: list[str]) -> Any:
+             problems: list[str], then: str = "the GPUs are read as before") -> Any:
         errors: dict[int, BaseException] = {}
         started = self._clock()
         done = self._workers.run({key: job}, self._timeout, errors)
+        if key in done or key in errors:
+            self._answered(key, what)
         if key in done:
             return done[key]
         if key in errors:
@@ -75,9 +101,21 @@ class NodeCalls:
             return None
         worker = self._workers.get(key)
         since = worker.job.started if worker.job is not None else started
-        problems.append(f"the node: {worker.current or what} has not returned after "
-                        f"{self._clock() - since:.1f} s; the GPUs are read as before")
+        line = (f"the node: {worker.current or what} has not returned after "
+                f"{self._clock() - since:.1f} s; {then}")
+        problems.append(line)
+        if key not in self._hung:
+            self._limited.log((key, "hung"), logging.ERROR, "%s", line)
+        self._hung[key] = since
         return None
+
+    def _answered(self, key: int, what: str) -> None:
+        """The log's word that a node call said hung has returned (once, like the hang's)."""
+        since = self._hung.pop(key, None)
+        if since is not None:
+            self._limited.log((key, "answered"), logging.WARNING,
+                              "the node: %s answered again after %.1f s", what,
+                              self._clock() - since)
 
     # --- on the node's workers ----------------------------------------------------------
 

@@ -59,6 +59,7 @@ class Job:
         self.done = threading.Event()
         self.result: Any = None
         self.error: BaseException | None = None
+        self.taken = False  # its result handed out, by its round or later (Workers.late)
 
 
 class DeviceWorker:
@@ -218,6 +219,7 @@ class Workers:
         out: dict[int, T] = {}
         for index, job in started.items():
             if job.done.is_set():
+                job.taken = True
                 if job.error is None:
                     out[index] = job.result
                 elif errors is not None:
@@ -225,6 +227,17 @@ class Workers:
                 else:
                     raise job.error
         return out
+
+    def late(self, index: int) -> Job | None:
+        """The job of ``index`` that finished after its round's deadline, once: a job that
+        takes something out of the driver (an event) must have its result read, late or not.
+        None while it still runs, or when its round or an earlier call handed it out."""
+        worker = self._workers.get(index)
+        job = worker.job if worker is not None else None
+        if job is None or job.taken or not job.done.is_set():
+            return None
+        job.taken = True
+        return job
 
     def close(self, keep: int | None = None) -> None:
         """Forget GPU indexes from ``keep`` on; with None, end the pool's threads too."""

@@ -10,6 +10,7 @@ import pytest
 
 from tests.support.exposition import series
 from tests.support.kubelet import container, devices, pod
+from tests.support.process import wait_until
 
 HELD = "GPU-8a1c7f00-0000-4000-8000-000000000001"
 FREE = "GPU-8a1c7f00-0000-4000-8000-000000000002"
@@ -155,3 +156,48 @@ def test_an_xid_on_a_gpu_a_docker_container_uses_arrives_under_the_containers_re
     assert {k: xid.resource.get(k) for k in CONTAINER_KEYS} == expected
     assert not set(CONTAINER_KEYS) & set(xid.attributes)  # the Resource's, not the record's
     assert xid.attributes["hw.id"] == HELD and xid.attributes["nvidia.gpu.xid"] == 13
+
+
+LATE_XIDS = 60
+"""XIDs waiting at once: at 0.05 s a wait, draining them takes three read deadlines."""
+
+
+@pytest.mark.slow  # seconds of real time (slow driver calls, many samples): not in the quick loop
+def test_xids_drained_after_the_read_deadline_are_counted_and_sent(collector, receiver,
+                                                                   tmp_path):
+    """A drain of the event set that outlasts the read deadline has taken its events out of
+    the driver: each is counted and sent all the same, and the other reads stay fresh."""
+    path = tmp_path / "late.yaml"
+    path.write_text(textwrap.dedent(f"""
+        driver_version: "550.90.07"
+        shapes: [{{function: nvmlEventSetWait_v2, shape: 'slow:0.05'}}]
+        devices:
+          - name: {H100}
+            uuid: {HELD}
+            memory: {{total: 85520809984, used: 1}}
+            power: {{start: 100000, step: 1000}}
+            xid: {[{"sample": 3, "code": 13}] * LATE_XIDS}
+          - name: {H100}
+            uuid: {FREE}
+            memory: {{total: 85520809984, used: 1}}
+            power: {{start: 100000, step: 1000}}
+    """))
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.http_endpoint, **FAST}
+    proc = collector("--simulate", str(path), env=env, interval="0.25")
+
+    def counted() -> str | None:
+        text = proc.metrics()
+        rows = series(text, "nvidia_gpu_xid_errors_total", hw_id=HELD, nvidia_gpu_xid="13")
+        return text if rows and rows[0][1] >= LATE_XIDS else None
+
+    text = wait_until(counted, 40, f"{LATE_XIDS} XIDs counted")
+    assert series(text, "nvidia_gpu_xid_errors_total", hw_id=HELD,
+                  nvidia_gpu_xid="13")[0][1] == LATE_XIDS
+    records = receiver.wait_for_logs(lambda r: r.event_name == "nvidia.gpu.xid", timeout=30,
+                                     count=LATE_XIDS)
+    assert len(records) == LATE_XIDS and all(r.attributes["hw.id"] == HELD for r in records)
+    ages = {lab["hw_id"]: v for lab, v in series(text, "otel_gpu_device_sample_age_seconds")}
+    assert max(ages.values()) < 1.0, ages  # no GPU waited on the drain
+    late = [ln for ln in proc.lines if "nvmlEventSetWait" in ln and "has not returned" in ln]
+    assert late, proc.log  # the late drain is said in the log
+    assert "Traceback" not in proc.log

@@ -87,6 +87,22 @@ def test_a_bug_in_a_job_is_raised_to_the_sampler_thread():
         workers.close()
 
 
+def test_a_job_past_its_deadline_hands_its_result_out_once_it_returns(released):
+    workers = Workers(time.monotonic)
+    try:
+        assert workers.run({-3: _job("drained", released)}, timeout=0.2) == {}
+        assert workers.late(-3) is None  # still running
+        released.set()
+        wait_until(lambda: not workers.busy(-3), 10, "the job to return")
+        job = workers.late(-3)
+        assert job is not None and job.result == "drained" and job.error is None
+        assert workers.late(-3) is None  # once
+        assert workers.run({-3: _job("on time")}, timeout=5.0) == {-3: "on time"}
+        assert workers.late(-3) is None  # its round handed it out
+    finally:
+        workers.close()
+
+
 def test_a_pool_needs_a_thread_and_a_closed_one_takes_no_jobs():
     with pytest.raises(ValueError, match="at least one thread"):
         Pool(0)
