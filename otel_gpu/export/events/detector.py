@@ -256,15 +256,18 @@ class EventDetector:
             yield from self._episodes(context, state)
 
     def _xid(self, ctx: _Context, event: XidEvent) -> Event:
+        """The MIG ids are the instance's, where the GPU has the one NVML named: a driver
+        may put 0 where nvml.h says "none" (NVIDIA's mock does), and 0 is a real id on a
+        GPU in MIG mode, so the ids alone cannot tell."""
         cls = xid_class(event.code)
         target = ctx.mig_instance(event.gpu_instance_id, event.compute_instance_id)
         attrs = ctx.attributes(target)
         attrs[XID] = event.code
         attrs[XID_CLASS] = cls
-        if event.gpu_instance_id is not None:
+        if target is not None:
             attrs[MIG_GI] = event.gpu_instance_id
-        if event.compute_instance_id is not None:
-            attrs[MIG_CI] = event.compute_instance_id
+            if event.compute_instance_id is not None:
+                attrs[MIG_CI] = event.compute_instance_id
         return Event(XID_EVENT, XID_SEVERITY[cls], xids.message(event.code), event.time, attrs)
 
     def _state(self, ctx: _Context, dev: _DeviceState) -> Iterator[Event]:

@@ -130,6 +130,28 @@ def test_a_mig_xid_goes_to_the_instance_nvml_names_and_its_pod():
     assert attrs["k8s.pod.name"] == "b"
 
 
+MIG_KEYS = ("nvidia.gpu.mig.gpu_instance_id", "nvidia.gpu.mig.compute_instance_id")
+
+
+def test_an_xid_on_a_gpu_not_in_mig_mode_has_no_mig_ids_whatever_nvml_put_there():
+    """NVIDIA's mock driver puts 0 where nvml.h says 0xFFFFFFFF: no instance 0 exists."""
+    detector = ev.EventDetector()
+    (batch,) = run(detector, sample(G0, xid_events=(XidEvent(79, 1.0, 0, 0),)))
+    (event,) = batch
+    assert event.attributes["hw.id"] == GPU0
+    assert not set(MIG_KEYS) & set(event.attributes), event.attributes
+
+
+def test_an_xid_naming_a_mig_instance_that_does_not_exist_has_no_mig_ids():
+    g1 = gpu_device(GPU1, 1)
+    a = mig_device(MIG_A, g1, gi=1)
+    (batch,) = run(ev.EventDetector(),
+                   (sample(g1, xid_events=(XidEvent(31, 1.0, 5, 0),)), sample(a)))
+    (event,) = batch
+    assert event.attributes["hw.id"] == GPU1
+    assert not set(MIG_KEYS) & set(event.attributes), event.attributes
+
+
 def test_a_republished_sample_gives_no_event_twice():
     detector = ev.EventDetector()
     snap = snapshot(sample(G0, xid_events=(XidEvent(79, 1.0),)), seq=1)
