@@ -308,8 +308,9 @@ class TextWriter:
     names in OpenMetrics (a counter's family without ``_total``, its samples with it, a
     ``# UNIT`` where the name has a unit suffix, ``target`` an info family); under the
     other escapings the OpenTelemetry names and attribute keys themselves, untranslated
-    and without suffixes (OpenMetrics adds ``_total`` to a counter's samples), escaped
-    as the scheme asks or quoted (``allow-utf-8``). ``# EOF`` is the caller's.
+    and without a unit suffix, a counter's samples with ``_total`` in both formats (the
+    name Prometheus stores is the one whatever it negotiated), escaped as the scheme
+    asks or quoted (``allow-utf-8``). ``# EOF`` is the caller's.
     """
 
     def __init__(self, *, scope_labels: bool = False, target_info: bool = True,
@@ -417,11 +418,15 @@ class TextWriter:
                 name += "_" + unit
             sample = name + "_total" if counter else name
             header = name if style.openmetrics else sample
-        else:  # the OpenTelemetry name itself, no unit or type suffix
+        else:  # the OpenTelemetry name itself, no unit suffix
             raw = metric.name
             unit = ""
-            header = escape_name(raw, style.escaping)
-            sample = header + "_total" if counter and style.openmetrics else header
+            # A counter's samples end in _total in both formats, as OpenMetrics requires:
+            # Prometheus stores a sample's name as written, so a scraper gets one name
+            # whichever it negotiated. Escaped whole, so that ``values`` can be undone.
+            family = escape_name(raw, style.escaping)
+            sample = escape_name(raw + "_total", style.escaping) if counter else family
+            header = family if style.openmetrics else sample
         found = (raw, written_name(sample), kind, unit, written_name(header))
         self._metric_names[key] = found
         return found

@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from otel_gpu.export.collected import CollectingReader
+from otel_gpu.export.prometheus import formats
 from otel_gpu.export.prometheus.formats import ESCAPINGS, Style
 from otel_gpu.export.prometheus.text import TextWriter
 from otel_gpu.instrument.telemetry import build_meter_provider, build_resource
@@ -333,3 +334,45 @@ def test_an_equal_attribute_set_of_other_types_is_written_with_its_own_labels():
     written = writer.write(second)
     assert written == oracle(second)
     assert b'code="1"' in written
+
+
+def _stored(written: str, escaping: str) -> str:
+    """The metric name Prometheus stores for a sample name as written under ``escaping``:
+    the quotes taken off, or the scheme undone (an escaped name it cannot undo is kept
+    as written, as Prometheus keeps it)."""
+    if written.startswith('"'):
+        return written[1:-1]
+    if escaping == formats.DOTS:
+        return written.replace("_dot_", ".").replace("__", "_")
+    if escaping != formats.VALUES or not written.startswith("U__"):
+        return written
+    out, rest = [], written[3:]
+    while rest:
+        head, sep, rest = rest.partition("_")
+        out.append(head)
+        if not sep:
+            break
+        if rest.startswith("_"):
+            out.append("_")
+            rest = rest[1:]
+            continue
+        code, closed, rest = rest.partition("_")
+        if not closed or not code or any(c not in "0123456789abcdef" for c in code.lower()):
+            return written
+        out.append(chr(int(code, 16)))
+    return "".join(out)
+
+
+@pytest.mark.parametrize("escaping", [formats.ALLOW_UTF8, formats.DOTS, formats.VALUES])
+def test_a_counter_is_stored_under_one_name_whatever_the_format(escaping):
+    """OpenMetrics writes a counter's samples with ``_total``, and Prometheus stores a
+    sample's name as written in either format: text must write the same ``_total``."""
+    body = data(total("hw.energy", [point(9000, {"hw.id": "GPU-0"})], "J"))
+    stored = {}
+    for om in (False, True):
+        text = TextWriter(style=Style(openmetrics=om, escaping=escaping)).write(body).decode()
+        (line,) = [ln for ln in text.splitlines() if ln.endswith(" 9000.0")]
+        head = line.split("{", 1)[1].split(",", 1)[0] if line.startswith("{") else (
+            line.split("{", 1)[0])
+        stored[om] = _stored(head, escaping)
+    assert stored == {False: "hw.energy_total", True: "hw.energy_total"}
