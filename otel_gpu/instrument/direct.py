@@ -28,13 +28,13 @@ from opentelemetry.sdk.metrics.export import (
     Gauge,
     Metric,
     MetricsData,
-    NumberDataPoint,
     ResourceMetrics,
     ScopeMetrics,
     Sum,
 )
 from opentelemetry.sdk.resources import Resource
 
+from otel_gpu._sdk import number_point
 from otel_gpu.instrument.schema import Kind
 
 log = logging.getLogger(__name__)
@@ -56,40 +56,7 @@ class CollectsDirectly(Protocol):
     def collect_with(self, collect: Callable[[], MetricsData | None]) -> None: ...
 
 
-def _made_point(attributes: Any, start: int | None, time: int,
-                value: float) -> NumberDataPoint:
-    return NumberDataPoint(attributes=attributes, exemplars=[],
-                           start_time_unix_nano=start,  # type: ignore[arg-type]
-                           time_unix_nano=time, value=value)
-
-
-def _filled_point(attributes: Any, start: int | None, time: int,
-                  value: float) -> NumberDataPoint:
-    """The same point as the constructor makes (a frozen dataclass, which sets each field
-    through ``object.__setattr__``), its fields filled in at once: a third of the cost."""
-    made = _new(NumberDataPoint)
-    made.__dict__.update(attributes=attributes, start_time_unix_nano=start,
-                         time_unix_nano=time, value=value, exemplars=[])
-    return made
-
-
-_new = object.__new__
-
-
-def _pick_point() -> Callable[[Any, int | None, int, float], NumberDataPoint]:
-    """The filling constructor where it makes what the real one makes (same fields, same
-    equality); the real one where this SDK's point has other fields or slots."""
-    try:
-        sample = ({"a": 1}, 1, 2, 3.0)
-        if _filled_point(*sample) == _made_point(*sample) and \
-                vars(_filled_point(*sample)) == vars(_made_point(*sample)):
-            return _filled_point
-    except (TypeError, AttributeError):
-        pass
-    return _made_point
-
-
-_point = _pick_point()
+_point = number_point
 
 
 def _key(attrs: Any) -> tuple:
@@ -183,10 +150,8 @@ class DirectCollection:
 
     def _observe(self, stream: _Stream, now: int) -> dict[tuple, float] | None:
         """This collection's value per series key (None: no observation); a callback that
-        raises is logged and counts as none, as the SDK does."""
-        enabled = getattr(stream.instrument, "_is_enabled", None)
-        if enabled is not None and not enabled():
-            return None
+        raises is logged and counts as none, as the SDK does. Every instrument is enabled:
+        the MeterProvider is built without a meter configurator."""
         got: dict[tuple, float] = {}
         series, adds = stream.series, stream.kind is not Kind.GAUGE
         seen: list[Any] = []

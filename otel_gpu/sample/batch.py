@@ -18,6 +18,7 @@ import struct
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from otel_gpu import nvml_abi as abi
 from otel_gpu.sample.device import Tracked
 from otel_gpu.sample.library import Nvml, Outcome, Result, classify, error_name
 from otel_gpu.sample.outcomes import Outcomes
@@ -184,7 +185,7 @@ class FieldReads:
                         return failure
             return self._outcomes.act(t, "fields", res, unsupported)
         answers: dict[str, dict[int, tuple[int, float | None]]] = {}
-        for (src, scope), answer in zip(requests, self._entries(res.value, m.NVML_SUCCESS),
+        for (src, scope), answer in zip(requests, self._entries(res.value, abi.NVML_SUCCESS),
                                         strict=False):
             answers.setdefault(src.key, {})[scope] = answer
         if check:
@@ -200,8 +201,8 @@ class FieldReads:
             if src.nvlink is NvLink.LINKS:
                 code, value = self._link_sum(t, src, got, links)
             else:
-                code, value = got.get(0, (m.NVML_SUCCESS, None))
-            if code == m.NVML_SUCCESS:
+                code, value = got.get(0, (abi.NVML_SUCCESS, None))
+            if code == abi.NVML_SUCCESS:
                 if value is not None:
                     values[src.key] = value
                 continue
@@ -264,12 +265,12 @@ class FieldReads:
         fails makes the calls answer this time, and for good where the driver lacks it.
         """
         m = self._m
-        answered = [states.get(link, (m.NVML_ERROR_NOT_SUPPORTED, None))
+        answered = [states.get(link, (abi.NVML_ERROR_NOT_SUPPORTED, None))
                     for link in range(t.links.link_count)]
-        failed = [code for code, _ in answered if code != m.NVML_SUCCESS]
+        failed = [code for code, _ in answered if code != abi.NVML_SUCCESS]
         active = () if failed else tuple(
             link for link, (_, value) in enumerate(answered)
-            if value == m.NVML_NVLINK_STATE_ACTIVE)
+            if value == abi.NVML_NVLINK_STATE_ACTIVE)
         if not batched:
             t.links.states_batched = not failed and active == links
             if not t.links.states_batched:
@@ -315,20 +316,19 @@ class FieldReads:
         reset (a link that came up since the request was made is summed from the next
         read on). The first answer decides which of the two is asked for from then on.
         """
-        m = self._m
         total = got.get(ALL_LINKS)
-        if total is not None and total[0] == m.NVML_SUCCESS:
+        if total is not None and total[0] == abi.NVML_SUCCESS:
             t.links.link_totals[src.key] = True
             return total
         per_link = [got[link] for link in links if link in got]
         if not per_link:  # the all-links scope answered before: ask for both again next time
             t.links.link_totals.pop(src.key, None)
-            return m.NVML_SUCCESS, None
+            return abi.NVML_SUCCESS, None
         for code, _ in per_link:
-            if code != m.NVML_SUCCESS:
+            if code != abi.NVML_SUCCESS:
                 return code, None
         if total is not None:
             t.links.link_totals[src.key] = False
         if len(per_link) < len(links):
-            return m.NVML_SUCCESS, None
-        return m.NVML_SUCCESS, sum(v for _, v in per_link if v is not None)
+            return abi.NVML_SUCCESS, None
+        return abi.NVML_SUCCESS, sum(v for _, v in per_link if v is not None)

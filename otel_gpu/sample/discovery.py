@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from otel_gpu import nvml_abi as abi
 from otel_gpu._files import read_sysfs
 from otel_gpu.sample.device import Tracked
 from otel_gpu.sample.library import Nvml, Result
@@ -90,8 +91,8 @@ class Discovery:
         self._nvml = nvml
         self._m = nvml.module
         self._sysfs_root = sysfs_root
-        self._gone_codes = frozenset(getattr(self._m, n) for n in (
-            "NVML_ERROR_NOT_FOUND", "NVML_ERROR_INVALID_ARGUMENT") if hasattr(self._m, n))
+        self._gone_codes = frozenset(getattr(abi, n) for n in (
+            "NVML_ERROR_NOT_FOUND", "NVML_ERROR_INVALID_ARGUMENT"))
 
     def _get(self, worker: DeviceWorker, func: Callable[..., Any], *args: Any) -> Any:
         """A discovery read whose failure just leaves the attribute unknown."""
@@ -163,7 +164,7 @@ class Discovery:
         get = self._get
         with worker.doing("nvmlDeviceGetMigMode"):
             mode = self._nvml.call(m.nvmlDeviceGetMigMode, handle)
-        if not mode.ok or mode.value[0] != m.NVML_DEVICE_MIG_ENABLE:
+        if not mode.ok or mode.value[0] != abi.NVML_DEVICE_MIG_ENABLE:
             return (), None
         told = _small(get(worker, m.nvmlDeviceGetMaxMigDeviceCount, handle))
         # The slot past the count is asked too: where it answers, the count was wrong and

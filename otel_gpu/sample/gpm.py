@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from otel_gpu import nvml_abi as abi
 from otel_gpu._log import LogLimiter
 from otel_gpu.sample.containment import ReaderFailures
 from otel_gpu.sample.library import Nvml, Outcome, Result, classify, error_name
@@ -120,9 +121,8 @@ class GpmCollector:
         self._sources = tuple(s for s in sources if s.gpm)
         self._ids = tuple(dict.fromkeys(i for s in self._sources for i in s.gpm))
         self._retry_every = max(1, retry_every)
-        m = self._m
-        self._busy_codes = frozenset({m.NVML_ERROR_IN_USE})
-        self._gone_codes = frozenset({m.NVML_ERROR_INVALID_ARGUMENT, m.NVML_ERROR_NOT_FOUND})
+        self._busy_codes = frozenset({abi.NVML_ERROR_IN_USE})
+        self._gone_codes = frozenset({abi.NVML_ERROR_INVALID_ARGUMENT, abi.NVML_ERROR_NOT_FOUND})
         self._limited = LogLimiter(log, 300.0, clock=clock)
         self._logged: dict[str, tuple[str, str]] = {}
         """Sampler thread only: uuid -> (kind, reason) the log last said about the device."""
@@ -221,7 +221,7 @@ class GpmCollector:
         if not wanted:
             return
         request = m.c_nvmlGpmMetricsGet_t()
-        request.version = m.NVML_GPM_METRICS_GET_VERSION
+        request.version = abi.NVML_GPM_METRICS_GET_VERSION
         request.numMetrics = len(wanted)
         request.sample1 = first
         request.sample2 = second
@@ -237,7 +237,7 @@ class GpmCollector:
         refused: dict[int, int] = {}
         for metric, entry in zip(wanted, entries, strict=False):
             code = int(entry.nvmlReturn)
-            if code == m.NVML_SUCCESS:
+            if code == abi.NVML_SUCCESS:
                 value = float(entry.value)
                 if math.isfinite(value):
                     answers[metric] = value

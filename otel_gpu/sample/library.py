@@ -5,6 +5,7 @@ the collector should do about one depends only on the code: a value the
 device cannot give is omitted, a device that is gone is marked failed, and
 anything else is retried on the next sample. :func:`classify` is that
 decision, and :class:`Nvml` applies it so no caller ever sees an exception
+from otel_gpu import nvml_abi as abi
 from the driver.
 
 Anything else the binding raises is never a success either: an ``NVMLError``
@@ -26,6 +27,8 @@ from types import ModuleType
 from typing import Any
 
 import pynvml
+
+from otel_gpu import nvml_abi as abi
 
 
 class Outcome(enum.StrEnum):
@@ -64,27 +67,29 @@ _DEVICE_FAILED = {
 
 @functools.lru_cache(maxsize=8)
 def _tables(module: ModuleType) -> tuple[frozenset[int], frozenset[int], dict[int, str]]:
-    """The module's unsupported and device-failed codes, and each error code's short name.
+    """The unsupported and device-failed codes, and each error code's short name.
 
-    Built once per module: every value a device lacks is an error each sample (dozens per
-    MIG instance on some drivers), and scanning the module each time cost more than the
-    read itself.
+    The codes are nvml.h's (:mod:`otel_gpu.nvml_abi`), whichever binding is installed; a
+    code only a newer ``module`` names is named too. Built once per module: every value a
+    device lacks is an error each sample (dozens per MIG instance on some drivers), and
+    scanning the module each time cost more than the read itself.
     """
     def codes(names: set[str]) -> frozenset[int]:
-        return frozenset(getattr(module, n) for n in names if hasattr(module, n))
+        return frozenset(getattr(abi, n) for n in names)
 
     prefix = "NVML_ERROR_"
     names: dict[int, str] = {}
-    for name in sorted(dir(module)):
-        value = getattr(module, name) if name.startswith(prefix) else None
-        if isinstance(value, int):
-            names.setdefault(value, name[len(prefix):])
+    for source in (abi, module):
+        for name in sorted(dir(source)):
+            value = getattr(source, name, None) if name.startswith(prefix) else None
+            if isinstance(value, int):
+                names.setdefault(value, name[len(prefix):])
     return codes(_UNSUPPORTED), codes(_DEVICE_FAILED), names
 
 
 def classify(code: int, module: ModuleType = pynvml) -> Outcome:
     """Map an NVML return code to what the collector does about it."""
-    if code == module.NVML_SUCCESS:
+    if code == abi.NVML_SUCCESS:
         return Outcome.OK
     unsupported, failed, _ = _tables(module)
     if code in unsupported:
@@ -217,7 +222,7 @@ class Nvml:
             return Result(func(*args, **kwargs))
         except self.module.NVMLError as exc:
             code = getattr(exc, "value", None)
-            if not isinstance(code, int) or code == self.module.NVML_SUCCESS:
+            if not isinstance(code, int) or code == abi.NVML_SUCCESS:
                 return Result(None, Outcome.BROKEN, 0,
                               f"the driver answered SUCCESS but gave no value ({exc})", exc)
             return Result(None, classify(code, self.module), code, str(exc))

@@ -6,6 +6,7 @@ Run on the device's worker thread; the outcome is left in the device's
 
 from __future__ import annotations
 
+from otel_gpu import nvml_abi as abi
 from otel_gpu.sample.device import Tracked
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.outcomes import Outcomes
@@ -88,7 +89,7 @@ class ProcessReads:
                 continue
             with worker.doing(what):
                 res = self._nvml.call(func, t.handle, t.procs.seen)
-            if res.code == getattr(m, "NVML_ERROR_NOT_FOUND", None):
+            if res.code == abi.NVML_ERROR_NOT_FOUND:
                 return {}, None  # no process was busy since the last read
             if not res.ok:
                 failure = self._outcomes.act(t, what, res, unsupported)

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from otel_gpu import nvml_abi as abi
+
 ReadFunc = Callable[[ModuleType, Any], Mapping[str, float]]
 """``(pynvml module, device handle) -> {source key: raw value}``; may raise NVMLError."""
 
@@ -45,7 +47,7 @@ class Reader:
 def _older_driver(m: ModuleType, exc: Exception) -> bool:
     """Whether a newer NVML entry point is missing, so its older form should be used."""
     return getattr(exc, "value", None) in (
-        m.NVML_ERROR_FUNCTION_NOT_FOUND, m.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        abi.NVML_ERROR_FUNCTION_NOT_FOUND, abi.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
     )
 
 
@@ -66,11 +68,11 @@ def _memory(m: ModuleType, handle: Any) -> dict[str, float]:
 
 def _temperature(m: ModuleType, handle: Any) -> dict[str, float]:
     try:
-        value = m.nvmlDeviceGetTemperatureV(handle, m.NVML_TEMPERATURE_GPU)
+        value = m.nvmlDeviceGetTemperatureV(handle, abi.NVML_TEMPERATURE_GPU)
     except m.NVMLError as exc:  # the versioned call arrived with R535
         if not _older_driver(m, exc):
             raise
-        value = m.nvmlDeviceGetTemperature(handle, m.NVML_TEMPERATURE_GPU)
+        value = m.nvmlDeviceGetTemperature(handle, abi.NVML_TEMPERATURE_GPU)
     return {"temp.gpu": value}
 
 
@@ -81,7 +83,7 @@ def _utilization(m: ModuleType, handle: Any) -> dict[str, float]:
 
 def _clock(domain: str, clock_type: str) -> Reader:
     def read(m: ModuleType, handle: Any) -> dict[str, float]:
-        return {f"clock.{domain}": m.nvmlDeviceGetClockInfo(handle, getattr(m, clock_type))}
+        return {f"clock.{domain}": m.nvmlDeviceGetClockInfo(handle, getattr(abi, clock_type))}
 
     return Reader(f"clock.{domain}", read)
 
@@ -107,7 +109,8 @@ COMPUTE_PROCESSES = Reader(
 
 def _max_clock(domain: str, clock_type: str) -> Reader:
     def read(m: ModuleType, handle: Any) -> dict[str, float]:
-        return {f"clock.max.{domain}": m.nvmlDeviceGetMaxClockInfo(handle, getattr(m, clock_type))}
+        clock = getattr(abi, clock_type)
+        return {f"clock.max.{domain}": m.nvmlDeviceGetMaxClockInfo(handle, clock)}
 
     return Reader(f"clock.max.{domain}", read, static=True)
 
@@ -127,12 +130,12 @@ def _power_range(m: ModuleType, handle: Any) -> dict[str, float]:
 
 def _performance_state(m: ModuleType, handle: Any) -> dict[str, float]:
     state = m.nvmlDeviceGetPerformanceState(handle)
-    return {} if state == m.NVML_PSTATE_UNKNOWN else {"pstate": state}
+    return {} if state == abi.NVML_PSTATE_UNKNOWN else {"pstate": state}
 
 
 def violation(policy: str, constant: str) -> Reader:
     def read(m: ModuleType, handle: Any) -> dict[str, float]:
-        status = m.nvmlDeviceGetViolationStatus(handle, getattr(m, constant))
+        status = m.nvmlDeviceGetViolationStatus(handle, getattr(abi, constant))
         return {f"violation.{policy}": status.violationTime}
 
     return Reader(f"violation.{policy}", read, fallback_for=(f"violation.{policy}",))
@@ -140,8 +143,8 @@ def violation(policy: str, constant: str) -> Reader:
 
 def pcie_throughput(m: ModuleType, handle: Any) -> dict[str, float]:
     return {
-        "pcie.throughput.tx": m.nvmlDeviceGetPcieThroughput(handle, m.NVML_PCIE_UTIL_TX_BYTES),
-        "pcie.throughput.rx": m.nvmlDeviceGetPcieThroughput(handle, m.NVML_PCIE_UTIL_RX_BYTES),
+        "pcie.throughput.tx": m.nvmlDeviceGetPcieThroughput(handle, abi.NVML_PCIE_UTIL_TX_BYTES),
+        "pcie.throughput.rx": m.nvmlDeviceGetPcieThroughput(handle, abi.NVML_PCIE_UTIL_RX_BYTES),
     }
 
 
@@ -162,16 +165,16 @@ def _nvlink_states(m: ModuleType, handle: Any) -> dict[str, float]:
     """Links up, and which (nothing when no link is active: no NVLink series then), and
     how many links the GPU has (``LINK_COUNT``)."""
     active = count = 0
-    for link in range(m.NVML_NVLINK_MAX_LINKS):
+    for link in range(abi.NVML_NVLINK_MAX_LINKS):
         try:
             state = m.nvmlDeviceGetNvLinkState(handle, link)
         except m.NVMLError as exc:
-            past_the_last = (m.NVML_ERROR_INVALID_ARGUMENT, m.NVML_ERROR_NOT_SUPPORTED)
+            past_the_last = (abi.NVML_ERROR_INVALID_ARGUMENT, abi.NVML_ERROR_NOT_SUPPORTED)
             if link and getattr(exc, "value", None) in past_the_last:
                 break
             raise  # on link 0: this GPU has no NVLink
         count = link + 1
-        if state == m.NVML_FEATURE_ENABLED:
+        if state == abi.NVML_FEATURE_ENABLED:
             active |= 1 << link
     if not active:
         return {LINK_COUNT: count}
@@ -237,8 +240,8 @@ def fabric_health(m: ModuleType, mask: int) -> dict[str, float]:
     """``fabric.health.<name>`` 0 or 1 for each condition the mask reports."""
     out: dict[str, float] = {}
     for name, part, bad in FABRIC_HEALTH:
-        shift = getattr(m, f"NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_{part}")
-        width = getattr(m, f"NVML_GPU_FABRIC_HEALTH_MASK_WIDTH_{part}")
+        shift = getattr(abi, f"NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_{part}")
+        width = getattr(abi, f"NVML_GPU_FABRIC_HEALTH_MASK_WIDTH_{part}")
         value = (mask >> shift) & width
         if value:
             out[f"fabric.health.{name}"] = 1.0 if value in bad else 0.0
@@ -253,7 +256,7 @@ def _fabric_info(m: ModuleType, handle: Any) -> Any:
         try:
             m.nvmlDeviceGetGpuFabricInfoV(handle, byref(info))
         except m.NVMLError as exc:
-            if getattr(exc, "value", None) == m.NVML_ERROR_ARGUMENT_VERSION_MISMATCH:
+            if getattr(exc, "value", None) == abi.NVML_ERROR_ARGUMENT_VERSION_MISMATCH:
                 continue  # a driver that knows only an older version of the structure
             if _older_driver(m, exc):
                 break
@@ -268,15 +271,15 @@ def _fabric(m: ModuleType, handle: Any) -> dict[str, float]:
     """The GPU's fabric registration and health; nothing for a GPU in no NVLink domain."""
     info = _fabric_info(m, handle)
     state = int(info.state)
-    if state in (m.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED, _ALL_ONES_32):  # none, or no answer
+    if state in (abi.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED, _ALL_ONES_32):  # none, or no answer
         return {}
     out: dict[str, float] = {"fabric.state": state}
     if 1 <= state <= len(FABRIC_STATES):  # an unknown state: only the raw value, dropped
         for number, name in enumerate(FABRIC_STATES, 1):
             out[f"fabric.state.{name}"] = 1.0 if state == number else 0.0
-    if state == m.NVML_GPU_FABRIC_STATE_COMPLETED:  # "checked only once complete"
+    if state == abi.NVML_GPU_FABRIC_STATE_COMPLETED:  # "checked only once complete"
         out["fabric.status"] = int(info.status)
-        out["fabric.failed"] = 0.0 if info.status == m.NVML_SUCCESS else 1.0
+        out["fabric.failed"] = 0.0 if info.status == abi.NVML_SUCCESS else 1.0
         out["fabric.clique_id"] = int(info.cliqueId)
         raw = bytes(info.clusterUuid)
         if any(raw) and any(b != 0xFF for b in raw):  # all zeros or all ones: no cluster
@@ -287,9 +290,9 @@ def _fabric(m: ModuleType, handle: Any) -> dict[str, float]:
         out["fabric.health_mask"] = int(mask)
         out.update(fabric_health(m, int(mask)))
     summary = getattr(info, "healthSummary", None)
-    if summary in (m.NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY,
-                   m.NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY,
-                   m.NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY):  # else none given
+    if summary in (abi.NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY,
+                   abi.NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY,
+                   abi.NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY):  # else none given
         out["fabric.health_summary"] = int(summary)
     return out
 

@@ -26,8 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
-import pynvml
-
+from otel_gpu import nvml_abi as abi
 from otel_gpu.sample.readers import (
     CLOCK_EVENT_REASONS,
     CLOCK_GRAPHICS_INFO,
@@ -104,7 +103,7 @@ GPM_NVLINK_MIB_PER_S = 4_000_000.0
 """GPM's NVLink rate per direction (MiB/s): 4.7 times NVLink 5's 900 GB/s per GPU."""
 PSTATES = 15.0
 """P-states run from P0 to P15 (NVML's 32, unknown, is omitted by the reader)."""
-NVLINKS = float(pynvml.NVML_NVLINK_MAX_LINKS)
+NVLINKS = float(abi.NVML_NVLINK_MAX_LINKS)
 """Links a GPU can have: as many as NVML can name (36 in NVML 13; H100 and B200 have 18)."""
 
 WIDE_UNITS = frozenset({"By", "mJ", "ns", "{error}", "KiB", "bitmask", "MiB/s"})
@@ -190,7 +189,7 @@ def _field(key: str, name: str, unit: str, nvlink: NvLink | None = None, *,
            maximum: float | None = None) -> Source:
     """A batched field; ``fallback`` / ``plain``: the call (and its doc) giving the same
     value, in the same unit, on a driver that does not answer the field."""
-    field_id = getattr(pynvml, "NVML_FI_DEV_" + name)
+    field_id = getattr(abi, "NVML_FI_DEV_" + name)
     doc = f"field NVML_FI_DEV_{name}"
     if nvlink is NvLink.LINKS:
         doc += " at scope UINT_MAX (all links), else summed over the active links"
@@ -203,7 +202,7 @@ def _field(key: str, name: str, unit: str, nvlink: NvLink | None = None, *,
 # --- sources ------------------------------------------------------------------------
 
 NVLINK_STATE = Source("nvlink.state", "field NVML_FI_DEV_NVLINK_GET_STATE at scope LINK", "1",
-                      field_id=pynvml.NVML_FI_DEV_NVLINK_GET_STATE)
+                      field_id=abi.NVML_FI_DEV_NVLINK_GET_STATE)
 """A link's state in the batch (``NVML_NVLINK_STATE_ACTIVE``: up), one entry per link: the
 sampler's stand-in for :data:`NVLINK_STATES`' one call per link, not a catalog source."""
 
@@ -350,7 +349,7 @@ ROW_REMAP_BANKS: tuple[tuple[str, Source], ...] = tuple(
 
 def _gpm(key: str, unit: str, dcgm: str, *names: str, maximum: float | None = None) -> Source:
     """A GPM metric computed from two samples; several names are averaged (one per engine)."""
-    ids = tuple(getattr(pynvml, "NVML_GPM_METRIC_" + name) for name in names)
+    ids = tuple(getattr(abi, "NVML_GPM_METRIC_" + name) for name in names)
     what = names[0] if len(names) == 1 else f"mean of {names[0]} .. {names[-1]}"
     return Source(key, f"GPM {what} (DCGM: {dcgm})", unit, gpm=ids, maximum=maximum)
 
@@ -388,15 +387,15 @@ GPM_NVOFA = _gpm("gpm.nvofa_active", "%", "mean of DCGM_FI_PROF_NVOFA0_ACTIVE ..
                  "NVOFA_0_UTIL", "NVOFA_1_UTIL")
 
 THROTTLE_REASONS: tuple[tuple[str, int], ...] = (
-    ("gpu_idle", pynvml.nvmlClocksEventReasonGpuIdle),
-    ("applications_clocks_setting", pynvml.nvmlClocksEventReasonApplicationsClocksSetting),
-    ("sw_power_cap", pynvml.nvmlClocksEventReasonSwPowerCap),
-    ("hw_slowdown", pynvml.nvmlClocksEventReasonHwSlowdown),
-    ("sync_boost", pynvml.nvmlClocksEventReasonSyncBoost),
-    ("sw_thermal_slowdown", pynvml.nvmlClocksEventReasonSwThermalSlowdown),
-    ("hw_thermal_slowdown", pynvml.nvmlClocksEventReasonHwThermalSlowdown),
-    ("hw_power_brake_slowdown", pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown),
-    ("display_clock_setting", pynvml.nvmlClocksEventReasonDisplayClockSetting),
+    ("gpu_idle", abi.nvmlClocksEventReasonGpuIdle),
+    ("applications_clocks_setting", abi.nvmlClocksEventReasonApplicationsClocksSetting),
+    ("sw_power_cap", abi.nvmlClocksEventReasonSwPowerCap),
+    ("hw_slowdown", abi.nvmlClocksEventReasonHwSlowdown),
+    ("sync_boost", abi.nvmlClocksEventReasonSyncBoost),
+    ("sw_thermal_slowdown", abi.nvmlClocksEventReasonSwThermalSlowdown),
+    ("hw_thermal_slowdown", abi.nvmlClocksEventReasonHwThermalSlowdown),
+    ("hw_power_brake_slowdown", abi.nvmlClocksEventReasonHwPowerBrakeSlowdown),
+    ("display_clock_setting", abi.nvmlClocksEventReasonDisplayClockSetting),
 )
 """``nvidia.gpu.throttle.reason`` value -> bit of the clock event reasons mask."""
 

@@ -6,10 +6,9 @@ hundred series, each push, which costs more CPU than the collection itself.
 :class:`Encoder` writes the same ``ExportMetricsServiceRequest`` as the SDK's
 encoder for gauges and sums, remembering each attribute set's encoded
 attributes (bounded); a collection holding anything else (histograms,
-exemplars) goes to the SDK's encoder whole. :func:`use_cached_encoding` puts
-it under the SDK's gRPC and HTTP exporters where their shape is the known
-one; elsewhere they keep their own. ``tests/export/otlp/test_encode.py``
-holds it to the SDK's encoder.
+exemplars) goes to the SDK's encoder whole. The exporter
+(:mod:`otel_gpu.export.otlp.client`) sends :meth:`Encoder.serialize`'s bytes as
+they are. ``tests/export/otlp/test_encode.py`` holds it to the SDK's encoder.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ from opentelemetry.proto.common.v1.common_pb2 import (
 )
 from opentelemetry.proto.metrics.v1 import metrics_pb2 as pb
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
-from opentelemetry.sdk.metrics.export import Gauge, MetricExporter, MetricsData, Sum
+from opentelemetry.sdk.metrics.export import Gauge, MetricsData, Sum
 
 from otel_gpu._log import LogLimiter
 
@@ -114,11 +113,17 @@ class Encoder:
         self._limited = LogLimiter(log, 300.0)
 
     def encode(self, data: MetricsData) -> ExportMetricsServiceRequest:
+        """The request, as a message."""
+        return ExportMetricsServiceRequest.FromString(self.serialize(data))
+
+    def serialize(self, data: MetricsData) -> bytes:
+        """The request in protobuf's wire format: what is sent (the same message as the SDK's
+        encoder makes, its fields in the order written here)."""
         self._points = 0
         try:
-            return ExportMetricsServiceRequest.FromString(self._request(data))
+            return self._request(data)
         except Exception:  # noqa: BLE001 - histograms, exemplars, odd values: the SDK's way
-            return encode_metrics(data)
+            return encode_metrics(data).SerializeToString()
         finally:
             # sets this push did not use (finished pods', dicts the regrouping made) go
             bound = 2 * self._points + 64
@@ -214,27 +219,3 @@ class Encoder:
                 tail += _MONOTONIC
             return head + _field(_SUM, b"".join(points) + tail)
         return head + _field(_GAUGE, b"".join(points))
-
-
-def use_cached_encoding(exporter: MetricExporter, encoder: Encoder | None = None) -> bool:
-    """Make the SDK's gRPC or HTTP metric exporter encode through an :class:`Encoder`.
-
-    Returns False (the exporter unchanged) when its shape is not the one known here.
-    """
-    encoder = encoder or Encoder()
-    if hasattr(exporter, "_translate_data") and hasattr(exporter, "_export"):  # gRPC
-        exporter._translate_data = encoder.encode
-        return True
-    if hasattr(exporter, "_export_batch") and hasattr(exporter, "_max_export_batch_size"):
-        original = exporter.export
-
-        def export(metrics_data: MetricsData, timeout_millis: float = 10_000,
-                   **kwargs: Any) -> Any:
-            if getattr(exporter, "_shutdown", False) or exporter._max_export_batch_size:
-                return original(metrics_data, timeout_millis, **kwargs)
-            return exporter._export_batch(encoder.encode(metrics_data))
-
-        exporter.export = export  # type: ignore[method-assign]
-        return True
-    log.debug("cached OTLP encoding unavailable with this OpenTelemetry SDK version")
-    return False

@@ -19,14 +19,12 @@ from otel_gpu.export import sdk_env
 from otel_gpu.export.collected import CollectingReader
 from otel_gpu.export.events.detector import EventDetector, EventSubscriber
 from otel_gpu.export.otlp.transport import (
-    GRPC,
     LOGS,
     METRICS,
     OtlpSettings,
     endpoint_configured,
     resolve,
-    signal_url,
-    variable,
+    url,
 )
 from otel_gpu.instrument.schema import Metric
 from otel_gpu.publish.pipeline import Subscriber
@@ -36,24 +34,12 @@ if TYPE_CHECKING:
     from otel_gpu.export.seam import Published, Served
 
 NAME = "otlp"
-_DEFAULT_ENDPOINTS = {GRPC: "http://localhost:4317", "http/protobuf": "http://localhost:4318"}
-"""Where the SDK's exporters send when no endpoint is set."""
-
-
 def destination(settings: OtlpSettings, environ: Mapping[str, str], signal: str
                 ) -> tuple[str, str]:
-    """(URL, protocol) the SDK's exporter of ``signal`` sends to: the endpoint the transport
-    resolved, else the variables the SDK reads, else its default, as the SDK completes it
-    (an HTTP base URL gets the signal's path)."""
+    """(URL, protocol) the exporter of ``signal`` sends to (:func:`~otel_gpu.export.otlp.
+    transport.url`)."""
     transport = resolve(settings, environ, signal)
-    endpoint = transport.endpoint or environ.get(variable(signal, "ENDPOINT"), "").strip()
-    if endpoint:
-        return endpoint, transport.protocol
-    base = (environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
-            or _DEFAULT_ENDPOINTS[transport.protocol])
-    if transport.protocol == GRPC:
-        return base, transport.protocol
-    return signal_url(base, signal), transport.protocol
+    return url(transport, environ, signal), transport.protocol
 
 
 class OtlpMetricsExporter:

@@ -25,16 +25,18 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from opentelemetry._logs import SeverityNumber
-from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
-from opentelemetry.sdk._logs.export import (
-    BatchLogRecordProcessor,
-    LogRecordExporter,
-    LogRecordExportResult,
-)
 from opentelemetry.sdk.resources import Resource
 
 from otel_gpu import __version__
+from otel_gpu._sdk import (
+    BatchLogRecordProcessor,
+    LoggerProvider,
+    LogRecordExporter,
+    LogRecordExportResult,
+    ReadableLogRecord,
+    SeverityNumber,
+    log_exporter_class,
+)
 from otel_gpu.export.events.detector import ERROR, FATAL, INFO, WARN, Event
 from otel_gpu.export.otlp.resources import Key, WorkloadResources
 from otel_gpu.export.otlp.transport import (
@@ -94,16 +96,8 @@ def build_exporter(settings: OtlpSettings, environ: Mapping[str, str]) -> LogRec
 
 def _sdk_exporter(transport: Transport) -> LogRecordExporter:
     if transport.protocol == GRPC:
-        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import (
-            OTLPLogExporter as GrpcExporter,
-        )
-
-        return GrpcExporter(**transport.grpc_arguments())
-    from opentelemetry.exporter.otlp.proto.http._log_exporter import (
-        OTLPLogExporter as HttpExporter,
-    )
-
-    return HttpExporter(**transport.http_arguments())
+        return log_exporter_class("grpc")(**transport.grpc_arguments())
+    return log_exporter_class("http")(**transport.http_arguments())
 
 
 class PodResourceLogExporter(LogRecordExporter):

@@ -1,4 +1,4 @@
-"""OTLP metrics: the SDK's exporters, with pod identity moved into the Resource.
+"""OTLP metrics: otel-gpu's exporter, with pod identity moved into the Resource.
 
 The OpenTelemetry SDK gives one MeterProvider one Resource. To make each
 pod's GPU series arrive as *that pod's* telemetry, :class:`PodResourceExporter`
@@ -9,26 +9,18 @@ those attributes taken off the points. Everything else stays under the node's
 Resource.
 
 Endpoint, headers, TLS and compression are :mod:`otel_gpu.export.otlp.transport`'s,
-shared with the logs; retries and every standard ``OTEL_EXPORTER_OTLP_*``
-variable not set by otel-gpu are the SDK exporters' own.
+shared with the logs; the exporter (:mod:`otel_gpu.export.otlp.client`) reads the
+standard ``OTEL_EXPORTER_OTLP_*`` variables not set by otel-gpu as the SDK's
+exporters read them, and retries as they do.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from opentelemetry.sdk.metrics import (
-    Counter,
-    Histogram,
-    ObservableCounter,
-    ObservableGauge,
-    ObservableUpDownCounter,
-    UpDownCounter,
-)
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
     MetricExporter,
@@ -42,16 +34,14 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.util.types import AttributeValue
 
-from otel_gpu._log import LogLimiter
 from otel_gpu.export.collected import CollectingReader
+from otel_gpu.export.otlp.client import OtlpMetricExporter, Target, target, temporality
 from otel_gpu.export.otlp.push import OtlpPush, cumulative
 from otel_gpu.export.otlp.resources import CACHE, Key, WorkloadResources
 from otel_gpu.export.otlp.transport import (
-    GRPC,
     RESOURCE,
     OtlpSettings,
     OtlpSetupError,
-    Transport,
     resolve,
 )
 from otel_gpu.workload import WORKLOAD_ATTRIBUTES
@@ -59,55 +49,29 @@ from otel_gpu.workload import WORKLOAD_ATTRIBUTES
 log = logging.getLogger(__name__)
 
 
-def _temporality(name: str | None) -> dict[type, AggregationTemporality] | None:
-    if name is None:
-        return None  # the SDK reads OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE
-    if name == "delta":
-        delta = AggregationTemporality.DELTA
-        cumulative = AggregationTemporality.CUMULATIVE
-        return {
-            Counter: delta, ObservableCounter: delta, Histogram: delta,
-            UpDownCounter: cumulative, ObservableUpDownCounter: cumulative,
-            ObservableGauge: cumulative,
-        }
-    return dict.fromkeys(
-        (Counter, ObservableCounter, Histogram, UpDownCounter, ObservableUpDownCounter,
-         ObservableGauge),
-        AggregationTemporality.CUMULATIVE,
-    )
-
-
 def validate(settings: OtlpSettings, environ: Mapping[str, str]) -> None:
     """Everything :func:`build_exporter` checks, without building it (for ``check``)."""
-    resolve(settings, environ)
+    _target(settings, environ)
 
 
-def build_exporter(settings: OtlpSettings, environ: Mapping[str, str]) -> MetricExporter:
-    """The SDK exporter for the chosen protocol, with partial-success reporting."""
+def _target(settings: OtlpSettings, environ: Mapping[str, str]) -> Target:
     transport = resolve(settings, environ)
     try:
-        exporter = _sdk_exporter(transport)
-    except Exception as exc:  # noqa: BLE001 - the SDK reads OTEL_* variables here, may refuse
+        return target(transport, environ)
+    except ValueError as exc:
+        raise OtlpSetupError(f"OTLP exporter: {exc}") from None
+
+
+def build_exporter(settings: OtlpSettings, environ: Mapping[str, str]) -> OtlpMetricExporter:
+    """The exporter for the chosen protocol; a bad setting or variable is an
+    :class:`~otel_gpu.export.otlp.transport.OtlpSetupError` naming it."""
+    where = _target(settings, environ)
+    try:
+        return OtlpMetricExporter(where, temporality(settings.temporality, environ))
+    except Exception as exc:  # noqa: BLE001 - a channel or session not made
         raise OtlpSetupError(
             f"OTLP exporter: {' '.join(str(exc).split()) or exc.__class__.__name__}"
         ) from None
-    report_partial_success(exporter)
-    return exporter
-
-
-def _sdk_exporter(transport: Transport) -> MetricExporter:
-    temporality = _temporality(transport.settings.temporality)
-    if transport.protocol == GRPC:
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
-            OTLPMetricExporter as GrpcExporter,
-        )
-
-        return GrpcExporter(**transport.grpc_arguments(), preferred_temporality=temporality)
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
-        OTLPMetricExporter as HttpExporter,
-    )
-
-    return HttpExporter(**transport.http_arguments(), preferred_temporality=temporality)
 
 
 def build_reader(
@@ -121,14 +85,12 @@ def build_reader(
     per cycle for Prometheus and OTLP); otherwise, for delta temporality, it is
     the SDK's periodic reader, collecting by itself.
     """
-    exporter = build_exporter(settings, environ)
-    shared = source if source is not None and cumulative(exporter) else None
-    if shared is not None:  # the same series each push: their attributes encoded once
-        from otel_gpu.export.otlp.encode import use_cached_encoding  # protobuf: OTLP only
-
-        use_cached_encoding(exporter)
+    own = build_exporter(settings, environ)
+    preferred = own.temporality
+    exporter: MetricExporter = own
+    shared = source if source is not None and cumulative(preferred) else None
     if settings.pod_identity == RESOURCE:
-        exporter = PodResourceExporter(exporter, node)
+        exporter = PodResourceExporter(exporter, node, preferred=preferred)
     if shared is not None:
         return OtlpPush(exporter, shared, interval_s=settings.interval,
                         timeout_s=settings.timeout, environ=environ)
@@ -147,11 +109,10 @@ class PodResourceExporter(MetricExporter):
 
     def __init__(
         self, inner: MetricExporter, node: Resource, keys: Sequence[str] = WORKLOAD_ATTRIBUTES,
+        *, preferred: Mapping[type, AggregationTemporality] | None = None,
     ) -> None:
-        super().__init__(
-            preferred_temporality=inner._preferred_temporality,
-            preferred_aggregation=inner._preferred_aggregation,
-        )
+        """``preferred``: the inner exporter's temporality, which a reader reads off this one."""
+        super().__init__(preferred_temporality=None if preferred is None else dict(preferred))
         self._inner = inner
         self._node = node
         self._workloads = WorkloadResources(keys)
@@ -217,84 +178,3 @@ class PodResourceExporter(MetricExporter):
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
         self._inner.shutdown(timeout_millis=timeout_millis)
-
-
-# --- partial success -----------------------------------------------------------
-
-_partial_log = LogLimiter(log, 60.0)
-
-
-def _log_partial(response: Any) -> None:
-    partial = getattr(response, "partial_success", None)
-    if partial is None:
-        return
-    rejected = int(getattr(partial, "rejected_data_points", 0) or 0)
-    message = getattr(partial, "error_message", "") or ""
-    if rejected or message:
-        _partial_log.log(
-            "partial", logging.WARNING,
-            "OTLP backend accepted the export only in part: %d data point(s) rejected: %s",
-            rejected, message or "(no reason given)",
-        )
-
-
-def report_partial_success(exporter: MetricExporter) -> bool:
-    """Make a SDK exporter log partial-success replies, which it otherwise drops.
-
-    The SDK keeps the reply out of reach, so this wraps its client at the seam
-    each transport exposes. Returns False when the SDK's shape is not the one
-    known here (the export itself is unaffected).
-    """
-    if hasattr(exporter, "_initialize_channel_and_stub") and hasattr(exporter, "_client"):
-        original = exporter._initialize_channel_and_stub
-
-        def initialize() -> None:
-            original()
-            exporter._client = _StubWithReplies(exporter._client)
-
-        exporter._initialize_channel_and_stub = initialize
-        exporter._client = _StubWithReplies(exporter._client)
-        return True
-    client = getattr(exporter, "_client", None)
-    transport = getattr(client, "_transport", None)
-    if client is not None and transport is not None and hasattr(transport, "request"):
-        client._transport = _TransportWithReplies(transport)
-        return True
-    log.debug("partial-success reporting unavailable with this OpenTelemetry SDK version")
-    return False
-
-
-class _StubWithReplies:
-    """A gRPC MetricsService stub that reads the reply before handing it back."""
-
-    def __init__(self, stub: Any) -> None:
-        self._stub = stub
-
-    def Export(self, *args: Any, **kwargs: Any) -> Any:
-        response = self._stub.Export(*args, **kwargs)
-        _log_partial(response)
-        return response
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stub, name)
-
-
-class _TransportWithReplies:
-    """An HTTP transport that decodes successful OTLP replies for partial success."""
-
-    def __init__(self, transport: Any) -> None:
-        self._transport = transport
-
-    def request(self, *args: Any, **kwargs: Any) -> Any:
-        result = self._transport.request(*args, **kwargs)
-        if getattr(result, "status_code", None) == 200:
-            from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
-                ExportMetricsServiceResponse,
-            )
-
-            with contextlib.suppress(Exception):  # an odd body must not fail the export
-                _log_partial(ExportMetricsServiceResponse.FromString(result.content()))
-        return result
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)

@@ -59,9 +59,9 @@ def export_interval_ms(interval_s: float | None, environ: Mapping[str, str]) -> 
                    "OTEL_METRIC_EXPORT_INTERVAL", environ, DEFAULT_INTERVAL_MS)
 
 
-def cumulative(exporter: MetricExporter) -> bool:
-    """Whether the exporter wants every instrument cumulative (then it may share a collection)."""
-    preferred = getattr(exporter, "_preferred_temporality", None) or {}
+def cumulative(preferred: Mapping[type, AggregationTemporality]) -> bool:
+    """Whether an exporter's temporality is cumulative for every instrument (then it may share
+    a collection)."""
     return all(t == AggregationTemporality.CUMULATIVE for t in preferred.values())
 
 

@@ -381,6 +381,22 @@ class Transport:
                 "compression": Compression(compression) if compression else None}
 
 
+DEFAULT_ENDPOINTS = {GRPC: "http://localhost:4317", HTTP: "http://localhost:4318"}
+"""Where OTLP goes when no endpoint is set (the specification's defaults)."""
+
+
+def url(transport: Transport, environ: Mapping[str, str], signal: str = METRICS) -> str:
+    """Where ``transport`` sends ``signal``: its endpoint, else the signal's variable, else
+    the generic one, else the default; a generic or default HTTP base URL gets the
+    signal's path, as the SDK's exporters complete it."""
+    endpoint = transport.endpoint or environ.get(variable(signal, "ENDPOINT"), "").strip()
+    if endpoint:
+        return endpoint
+    base = (environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+            or DEFAULT_ENDPOINTS[transport.protocol])
+    return base if transport.protocol == GRPC else signal_url(base, signal)
+
+
 def _own_endpoint(settings: OtlpSettings, environ: Mapping[str, str], signal: str) -> bool:
     return bool(settings.endpoint or environ.get(variable(signal, "ENDPOINT"), "").strip()
                 or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip())

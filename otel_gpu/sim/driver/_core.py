@@ -19,8 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
-import pynvml
-
+from otel_gpu import nvml_abi as abi
 from otel_gpu.sim.scenario import (
     NOT_AVAILABLE,
     U32_MAX,
@@ -114,7 +113,7 @@ class Symbol:
                 out = getattr(arg, "_obj", None)
                 if out is not None:
                     ctypes.memset(ctypes.addressof(out), 0xFF, ctypes.sizeof(out))
-        return pynvml.NVML_SUCCESS if result is None else result
+        return abi.NVML_SUCCESS if result is None else result
 
     def __repr__(self) -> str:
         return f"<fake NVML symbol {self.__name__}>"
@@ -167,7 +166,7 @@ def token_of(handle: Any) -> int | None:
 def write_text(buf: Any, length: Any, text: str) -> None:
     data = text.encode()
     if len(data) + 1 > arg_int(length):
-        raise Fail(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
+        raise Fail(abi.NVML_ERROR_INSUFFICIENT_SIZE)
     buf.value = data
 
 
@@ -315,7 +314,7 @@ class DriverCore:
         with self._lock:
             sample, initialised = self._sample, self._init_depth > 0
         if need_init and not initialised:
-            raise Fail(pynvml.NVML_ERROR_UNINITIALIZED)
+            raise Fail(abi.NVML_ERROR_UNINITIALIZED)
         code = self.scenario.faults.calls.get(symbol) if symbol else None
         if code:
             raise Fail(code)
@@ -333,24 +332,24 @@ class DriverCore:
         sample = self.check_system(None)
         target = self._targets.get(token_of(handle) or 0)
         if target is None:
-            raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise Fail(abi.NVML_ERROR_INVALID_ARGUMENT)
         self._check(symbol, target, sample)
         return target, sample
 
     def _check(self, symbol: str, target: Target, sample: int) -> None:
         gpu = target.gpu
         if gpu.lost_at(sample):
-            raise Fail(pynvml.NVML_ERROR_GPU_IS_LOST)
+            raise Fail(abi.NVML_ERROR_GPU_IS_LOST)
         if target.mig is not None and not target.mig.exists_at(sample):
-            raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)  # a handle from before a re-layout
+            raise Fail(abi.NVML_ERROR_INVALID_ARGUMENT)  # a handle from before a re-layout
         self.delay((symbol,), gpu, sample)
         code = target.faults.calls.get(symbol)
         if code and code != NOT_AVAILABLE:
             raise Fail(code)
         if target.mig is not None and symbol not in self._mig_symbols:
             if symbol == "nvmlDeviceGetMigDeviceHandleByIndex":
-                raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-            raise Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+                raise Fail(abi.NVML_ERROR_INVALID_ARGUMENT)
+            raise Fail(abi.NVML_ERROR_NOT_SUPPORTED)
 
     def delay(self, symbols: Iterable[str], gpu: GpuSpec, sample: int) -> None:
         """Sleep through the scenario's ``slow`` entries for ``symbols`` on this GPU."""
@@ -363,5 +362,5 @@ class DriverCore:
     def _uint(value: Value | None, sample: int, k: int, maximum: int = U32_MAX) -> int:
         """A scenario reading as an unsigned integer; NOT_SUPPORTED when it is absent."""
         if value is None:
-            raise Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise Fail(abi.NVML_ERROR_NOT_SUPPORTED)
         return clamp(value.at(sample, k), maximum)

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import pynvml
-
+from otel_gpu import nvml_abi as abi
 from otel_gpu.sim.driver._core import DriverCore, Fail, c_symbol, deref
 from otel_gpu.sim.scenario import ROW_REMAP_BUCKETS, Value
 
@@ -22,7 +21,7 @@ class EccSymbols(DriverCore):
         target, sample = self.check_device("nvmlDeviceGetRowRemapperHistogram", handle)
         histogram = target.gpu.row_remap_histogram
         if not histogram:
-            raise Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise Fail(abi.NVML_ERROR_NOT_SUPPORTED)
         values = deref(out)
         for bucket in ROW_REMAP_BUCKETS:
             value = histogram.get(bucket, Value())

@@ -14,6 +14,7 @@ from typing import Any
 
 import pynvml
 
+from otel_gpu import nvml_abi as abi
 from otel_gpu.sim.driver._core import (
     DriverCore,
     Fail,
@@ -41,7 +42,7 @@ class EventSymbols(DriverCore):
     def _event_set(self, handle: Any) -> EventSet:
         event_set = self._event_sets.get(token_of(handle) or 0)
         if event_set is None:
-            raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise Fail(abi.NVML_ERROR_INVALID_ARGUMENT)
         return event_set
 
     @c_symbol(system=True)
@@ -67,7 +68,7 @@ class EventSymbols(DriverCore):
             sample = self._sample
             best: tuple[int, int, int] | None = None
             for index, (mask, since) in es.registered.items():
-                if not mask & pynvml.nvmlEventTypeXidCriticalError:
+                if not mask & abi.nvmlEventTypeXidCriticalError:
                     continue
                 for n, xid in enumerate(self.scenario.devices[index].xid):
                     if since <= xid.sample <= sample and (index, n) not in es.delivered:
@@ -92,11 +93,11 @@ class EventSymbols(DriverCore):
             self._sleep(timeout / 1000)
             event = self._next_event(es)
         if event is None:
-            raise Fail(pynvml.NVML_ERROR_TIMEOUT)
+            raise Fail(abi.NVML_ERROR_TIMEOUT)
         gpu, xid = event
         data = deref(data_ref)
         data.device = ctypes.cast(ctypes.c_void_p(gpu_token(gpu.index)), pynvml.c_nvmlDevice_t)
-        data.eventType = pynvml.nvmlEventTypeXidCriticalError
+        data.eventType = abi.nvmlEventTypeXidCriticalError
         data.eventData = xid.code
         data.gpuInstanceId = xid.gpu_instance_id
         data.computeInstanceId = xid.compute_instance_id

@@ -16,6 +16,7 @@ from typing import Any
 
 import pynvml
 
+from otel_gpu import nvml_abi as abi
 from otel_gpu.sim.driver._core import DriverCore, Fail, Target, c_symbol, deref
 from otel_gpu.sim.scenario import U32_MAX, Fabric, clamp
 
@@ -23,7 +24,7 @@ from otel_gpu.sim.scenario import U32_MAX, Fabric, clamp
 def _spec(target: Target) -> Fabric:
     fabric = target.gpu.fabric
     if fabric is None:
-        raise Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        raise Fail(abi.NVML_ERROR_NOT_SUPPORTED)
     return fabric
 
 
@@ -32,9 +33,9 @@ class FabricSymbols(DriverCore):
     def _fabric_info(info: Any, fabric: Fabric, sample: int, k: int) -> None:
         state = fabric.state_at(sample)
         info.state = state
-        completed = state == pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
+        completed = state == abi.NVML_GPU_FABRIC_STATE_COMPLETED
         # Before completion the driver has no clique, cluster or status to give.
-        info.status = fabric.status if completed else pynvml.NVML_SUCCESS
+        info.status = fabric.status if completed else abi.NVML_SUCCESS
         info.cliqueId = fabric.clique_id if completed else 0
         ctypes.memmove(info.clusterUuid, fabric.cluster_uuid if completed else bytes(16), 16)
         if hasattr(info, "healthMask"):
@@ -48,10 +49,10 @@ class FabricSymbols(DriverCore):
         fabric = _spec(target)
         info = deref(info_ref)
         version = info.version >> 24
-        if (info.version, version) not in ((pynvml.nvmlGpuFabricInfo_v2, 2),
-                                           (pynvml.nvmlGpuFabricInfo_v3, 3)) \
-                or version > fabric.version:
-            raise Fail(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        # the versions the binding knows (an older one lacks v3): what a caller can pass
+        known = {(getattr(pynvml, f"nvmlGpuFabricInfo_v{n}", None), n) for n in (2, 3)}
+        if (info.version, version) not in known or version > fabric.version:
+            raise Fail(abi.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
         self._fabric_info(info, fabric, sample, target.gpu.position)
 
     @c_symbol

@@ -24,8 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import pynvml
-
+from otel_gpu import nvml_abi as abi
 from otel_gpu.sim.driver._core import DriverCore, arg_int, c_symbol, deref
 from otel_gpu.sim.scenario import (
     NOT_AVAILABLE,
@@ -39,8 +38,8 @@ from otel_gpu.sim.scenario import (
 )
 
 _ALL_LINKS = 0xFFFFFFFF
-_PER_LINK = frozenset({pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
-                       pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX})
+_PER_LINK = frozenset({abi.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+                       abi.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX})
 
 
 def _nvlink(gpu: GpuSpec, field_id: int, scope: int, sample: int) -> tuple[int, Value | None]:
@@ -54,11 +53,11 @@ def _nvlink(gpu: GpuSpec, field_id: int, scope: int, sample: int) -> tuple[int, 
     assert nvlink is not None
     if field_id in _PER_LINK and scope != _ALL_LINKS:
         if scope >= len(nvlink.links):
-            return pynvml.NVML_ERROR_INVALID_ARGUMENT, None
-        return pynvml.NVML_SUCCESS, Value(nvlink.links[scope].counter(name, sample, k))
+            return abi.NVML_ERROR_INVALID_ARGUMENT, None
+        return abi.NVML_SUCCESS, Value(nvlink.links[scope].counter(name, sample, k))
     if field_id in _PER_LINK and not nvlink.all_links_scope:
-        return pynvml.NVML_ERROR_INVALID_ARGUMENT, None
-    return pynvml.NVML_SUCCESS, Value(nvlink.total(name, sample, k))
+        return abi.NVML_ERROR_INVALID_ARGUMENT, None
+    return abi.NVML_SUCCESS, Value(nvlink.total(name, sample, k))
 
 def _limit(key: str) -> Callable[[GpuSpec], Value | None]:
     return lambda gpu: gpu.power_limits.get(key)
@@ -75,25 +74,25 @@ def _violation(policy: str) -> Callable[[GpuSpec], Value | None]:
 
 
 PLAIN: dict[int, tuple[str, Callable[[GpuSpec], Value | None], int]] = {
-    pynvml.NVML_FI_DEV_POWER_AVERAGE: ("nvmlDeviceGetPowerUsage", lambda gpu: gpu.power,
+    abi.NVML_FI_DEV_POWER_AVERAGE: ("nvmlDeviceGetPowerUsage", lambda gpu: gpu.power,
                                        U32_MAX),
-    pynvml.NVML_FI_DEV_POWER_REQUESTED_LIMIT: ("nvmlDeviceGetPowerManagementLimit",
+    abi.NVML_FI_DEV_POWER_REQUESTED_LIMIT: ("nvmlDeviceGetPowerManagementLimit",
                                                _limit("current"), U32_MAX),
-    pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: ("nvmlDeviceGetEnforcedPowerLimit",
+    abi.NVML_FI_DEV_POWER_CURRENT_LIMIT: ("nvmlDeviceGetEnforcedPowerLimit",
                                              _limit("enforced"), U32_MAX),
-    pynvml.NVML_FI_DEV_POWER_DEFAULT_LIMIT: ("nvmlDeviceGetPowerManagementDefaultLimit",
+    abi.NVML_FI_DEV_POWER_DEFAULT_LIMIT: ("nvmlDeviceGetPowerManagementDefaultLimit",
                                              _limit("default"), U32_MAX),
-    pynvml.NVML_FI_DEV_POWER_MIN_LIMIT: ("nvmlDeviceGetPowerManagementLimitConstraints",
+    abi.NVML_FI_DEV_POWER_MIN_LIMIT: ("nvmlDeviceGetPowerManagementLimitConstraints",
                                          _range("min"), U32_MAX),
-    pynvml.NVML_FI_DEV_POWER_MAX_LIMIT: ("nvmlDeviceGetPowerManagementLimitConstraints",
+    abi.NVML_FI_DEV_POWER_MAX_LIMIT: ("nvmlDeviceGetPowerManagementLimitConstraints",
                                          _range("max"), U32_MAX),
-    **{getattr(pynvml, f"NVML_FI_DEV_PERF_POLICY_{policy.upper()}"): (
+    **{getattr(abi, f"NVML_FI_DEV_PERF_POLICY_{policy.upper()}"): (
         "nvmlDeviceGetViolationStatus", _violation(policy), U64_MAX)
        for policy in VIOLATION_POLICIES},
 }
 """Field id -> (the plain call giving the same value, its scenario value, its C maximum)."""
 
-_LINK_STATE = pynvml.NVML_FI_DEV_NVLINK_GET_STATE
+_LINK_STATE = abi.NVML_FI_DEV_NVLINK_GET_STATE
 _LINK_STATE_CALL = "nvmlDeviceGetNvLinkState"
 
 
@@ -141,35 +140,35 @@ class FieldSymbols(DriverCore):
                 if code is None:
                     continue
             if code is None and spec is None:
-                code = pynvml.NVML_ERROR_NOT_SUPPORTED
+                code = abi.NVML_ERROR_NOT_SUPPORTED
             if code == NOT_AVAILABLE:
                 self._not_available(entry)
                 continue
             if code or spec is None:
-                entry.nvmlReturn = code or pynvml.NVML_ERROR_NOT_SUPPORTED
+                entry.nvmlReturn = code or abi.NVML_ERROR_NOT_SUPPORTED
                 continue
             value = spec.at(sample, k)
-            entry.nvmlReturn = pynvml.NVML_SUCCESS
+            entry.nvmlReturn = abi.NVML_SUCCESS
             if isinstance(value, int) and value >= 0:
-                entry.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+                entry.valueType = abi.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
                 entry.value.ullVal = min(value, U64_MAX)
             elif isinstance(value, int):
-                entry.valueType = pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG
+                entry.valueType = abi.NVML_VALUE_TYPE_SIGNED_LONG_LONG
                 entry.value.sllVal = max(value, -(2**63))
             else:
-                entry.valueType = pynvml.NVML_VALUE_TYPE_DOUBLE
+                entry.valueType = abi.NVML_VALUE_TYPE_DOUBLE
                 entry.value.dVal = float(value)
 
     @staticmethod
     def _not_available(entry: Any) -> None:
         """SUCCESS with all ones in the value's C width: NVML's "not available"."""
-        entry.nvmlReturn = pynvml.NVML_SUCCESS
+        entry.nvmlReturn = abi.NVML_SUCCESS
         plain = PLAIN.get(entry.fieldId)
         if (plain is not None and plain[2] == U32_MAX) or entry.fieldId == _LINK_STATE:
-            entry.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+            entry.valueType = abi.NVML_VALUE_TYPE_UNSIGNED_INT
             entry.value.uiVal = U32_MAX
         else:
-            entry.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+            entry.valueType = abi.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
             entry.value.ullVal = U64_MAX
 
     def _plain(self, entry: Any, gpu: GpuSpec, sample: int) -> int | None:
@@ -180,14 +179,14 @@ class FieldSymbols(DriverCore):
             return code
         value = value_of(gpu)
         if value is None:
-            return pynvml.NVML_ERROR_NOT_SUPPORTED
-        entry.nvmlReturn = pynvml.NVML_SUCCESS
+            return abi.NVML_ERROR_NOT_SUPPORTED
+        entry.nvmlReturn = abi.NVML_SUCCESS
         number = clamp(value.at(sample, gpu.position), maximum)
         if maximum == U32_MAX:
-            entry.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+            entry.valueType = abi.NVML_VALUE_TYPE_UNSIGNED_INT
             entry.value.uiVal = number
         else:
-            entry.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+            entry.valueType = abi.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
             entry.value.ullVal = number
         return None
 
@@ -198,13 +197,13 @@ class FieldSymbols(DriverCore):
         if code:
             return code
         if gpu.nvlink is None:
-            return pynvml.NVML_ERROR_NOT_SUPPORTED
+            return abi.NVML_ERROR_NOT_SUPPORTED
         link = int(entry.scopeId)
         if link >= len(gpu.nvlink.links):
-            return pynvml.NVML_ERROR_INVALID_ARGUMENT
-        entry.nvmlReturn = pynvml.NVML_SUCCESS
-        entry.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
-        entry.value.uiVal = (pynvml.NVML_NVLINK_STATE_ACTIVE
+            return abi.NVML_ERROR_INVALID_ARGUMENT
+        entry.nvmlReturn = abi.NVML_SUCCESS
+        entry.valueType = abi.NVML_VALUE_TYPE_UNSIGNED_INT
+        entry.value.uiVal = (abi.NVML_NVLINK_STATE_ACTIVE
                              if gpu.nvlink.links[link].active_at(sample)
-                             else pynvml.NVML_NVLINK_STATE_INACTIVE)
+                             else abi.NVML_NVLINK_STATE_INACTIVE)
         return None

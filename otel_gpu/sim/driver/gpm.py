@@ -16,8 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import pynvml
-
+from otel_gpu import nvml_abi as abi
 from otel_gpu.sim.driver._core import (
     DriverCore,
     Fail,
@@ -75,8 +74,8 @@ class GpmSymbols(DriverCore):
     def nvmlGpmQueryDeviceSupport(self, handle: Any, support_ref: Any) -> None:
         target, _ = self.check_device("nvmlGpmQueryDeviceSupport", handle)
         support = deref(support_ref)
-        if support.version != pynvml.NVML_GPM_SUPPORT_VERSION:
-            raise Fail(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        if support.version != abi.NVML_GPM_SUPPORT_VERSION:
+            raise Fail(abi.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
         gpm = target.gpu.gpm
         support.isSupportedDevice = int(gpm is not None and not gpm.unsupported)
 
@@ -94,7 +93,7 @@ class GpmSymbols(DriverCore):
         self.check_system(None)
         with self._lock:
             if self._gpm_buffers.pop(token_of(sample) or 0, None) is None:
-                raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+                raise Fail(abi.NVML_ERROR_INVALID_ARGUMENT)
 
     # --- samples ------------------------------------------------------------------------
 
@@ -117,24 +116,24 @@ class GpmSymbols(DriverCore):
     def _sampling(gpm: Gpm | None, sample: int, gpu: bool = True) -> None:
         """Whether counters can be sampled now: GPM present, allowed, and not held elsewhere."""
         if gpm is None or (gpu and gpm.unsupported):
-            raise Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise Fail(abi.NVML_ERROR_NOT_SUPPORTED)
         if gpm.no_permission:
-            raise Fail(pynvml.NVML_ERROR_NO_PERMISSION)
+            raise Fail(abi.NVML_ERROR_NO_PERMISSION)
         if gpm.busy_at(sample):
-            raise Fail(pynvml.NVML_ERROR_IN_USE)
+            raise Fail(abi.NVML_ERROR_IN_USE)
 
     @staticmethod
     def _instance(target: Target, gpu_instance_id: int, sample: int) -> MigSpec:
         for mig in target.gpu.mig:
             if mig.gpu_instance_id == gpu_instance_id and mig.exists_at(sample):
                 return mig
-        raise Fail(pynvml.NVML_ERROR_NOT_FOUND)
+        raise Fail(abi.NVML_ERROR_NOT_FOUND)
 
     def _fill(self, sample: Any, gpu: int, gpu_instance_id: int | None, now: int) -> None:
         with self._lock:
             buffer = self._gpm_buffers.get(token_of(sample) or 0)
             if buffer is None:
-                raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+                raise Fail(abi.NVML_ERROR_INVALID_ARGUMENT)
             self._gpm_taken += 1
             buffer.gpu, buffer.gpu_instance_id = gpu, gpu_instance_id
             buffer.sample, buffer.order = now, self._gpm_taken
@@ -145,17 +144,17 @@ class GpmSymbols(DriverCore):
     def nvmlGpmMetricsGet(self, metrics_ref: Any) -> None:
         self.check_system(None)
         request = deref(metrics_ref)
-        if request.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
-            raise Fail(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        if request.version != abi.NVML_GPM_METRICS_GET_VERSION:
+            raise Fail(abi.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
         count = int(request.numMetrics)
-        if not 0 < count <= pynvml.NVML_GPM_METRIC_MAX:
-            raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if not 0 < count <= abi.NVML_GPM_METRIC_MAX:
+            raise Fail(abi.NVML_ERROR_INVALID_ARGUMENT)
         with self._lock:
             first = self._gpm_buffers.get(token_of(request.sample1) or 0)
             second = self._gpm_buffers.get(token_of(request.sample2) or 0)
         if (first is None or second is None or first is second or first.gpu is None
                 or (first.gpu, first.gpu_instance_id) != (second.gpu, second.gpu_instance_id)):
-            raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise Fail(abi.NVML_ERROR_INVALID_ARGUMENT)
         later = max(first, second, key=lambda b: b.order)
         gpu = next(g for g in self.scenario.devices if g.index == later.gpu)
         if later.gpu_instance_id is None:
@@ -168,8 +167,8 @@ class GpmSymbols(DriverCore):
             entry = request.metrics[i]
             value = answers.get(int(entry.metricId))
             if value is None:
-                entry.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+                entry.nvmlReturn = abi.NVML_ERROR_NOT_SUPPORTED
                 entry.value = 0.0
                 continue
-            entry.nvmlReturn = pynvml.NVML_SUCCESS
+            entry.nvmlReturn = abi.NVML_SUCCESS
             entry.value = float(value.at(later.sample, gpu.position))

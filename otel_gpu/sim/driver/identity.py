@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import pynvml
-
+from otel_gpu import nvml_abi as abi
 from otel_gpu.sim.driver._core import (
     DriverCore,
     Fail,
@@ -33,7 +32,7 @@ class IdentitySymbols(DriverCore):
         sample = self.check_system(None)
         i = arg_int(index)
         if not 0 <= i < len(self.scenario.devices):
-            raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise Fail(abi.NVML_ERROR_INVALID_ARGUMENT)
         self._check("nvmlDeviceGetHandleByIndex_v2", self._targets[gpu_token(i)], sample)
         write_handle(out, gpu_token(i))
 
@@ -44,7 +43,7 @@ class IdentitySymbols(DriverCore):
         text = raw.decode() if isinstance(raw, bytes) else str(raw)
         token = self._by_uuid.get(text)
         if token is None:
-            raise Fail(pynvml.NVML_ERROR_NOT_FOUND)
+            raise Fail(abi.NVML_ERROR_NOT_FOUND)
         self._check("nvmlDeviceGetHandleByUUID", self._targets[token], sample)
         write_handle(out, token)
 
@@ -100,5 +99,5 @@ class IdentitySymbols(DriverCore):
     def nvmlDeviceGetNumaNodeId(self, handle: Any, out: Any) -> None:
         target, _ = self.check_device("nvmlDeviceGetNumaNodeId", handle)
         if target.gpu.numa_node is None:
-            raise Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise Fail(abi.NVML_ERROR_NOT_SUPPORTED)
         deref(out).value = target.gpu.numa_node

@@ -18,8 +18,7 @@ import ctypes
 import re
 from typing import Any
 
-import pynvml
-
+from otel_gpu import nvml_abi as abi
 from otel_gpu.sim.driver._core import (
     DriverCore,
     Fail,
@@ -70,8 +69,8 @@ class MigSymbols(DriverCore):
     def nvmlDeviceGetMigMode(self, handle: Any, current: Any, pending: Any) -> None:
         target, _ = self.check_device("nvmlDeviceGetMigMode", handle)
         if not target.gpu.mig_capable:
-            raise Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        mode = pynvml.NVML_DEVICE_MIG_ENABLE if target.gpu.mig else pynvml.NVML_DEVICE_MIG_DISABLE
+            raise Fail(abi.NVML_ERROR_NOT_SUPPORTED)
+        mode = abi.NVML_DEVICE_MIG_ENABLE if target.gpu.mig else abi.NVML_DEVICE_MIG_DISABLE
         deref(current).value = mode
         deref(pending).value = mode
 
@@ -79,7 +78,7 @@ class MigSymbols(DriverCore):
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any, out: Any) -> None:
         target, _ = self.check_device("nvmlDeviceGetMaxMigDeviceCount", handle)
         if not target.gpu.mig_capable:
-            raise Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise Fail(abi.NVML_ERROR_NOT_SUPPORTED)
         deref(out).value = MAX_MIG_DEVICES
 
     @c_symbol
@@ -87,12 +86,12 @@ class MigSymbols(DriverCore):
         target, sample = self.check_device("nvmlDeviceGetMigDeviceHandleByIndex", handle)
         gpu = target.gpu
         if not gpu.mig_capable:
-            raise Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise Fail(abi.NVML_ERROR_NOT_SUPPORTED)
         slot = arg_int(index)
         if not 0 <= slot < MAX_MIG_DEVICES:
-            raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise Fail(abi.NVML_ERROR_INVALID_ARGUMENT)
         if slot >= len(gpu.mig) or not gpu.mig[slot].exists_at(sample):
-            raise Fail(pynvml.NVML_ERROR_NOT_FOUND)
+            raise Fail(abi.NVML_ERROR_NOT_FOUND)
         write_handle(out, mig_token(gpu.index, slot))
 
     @c_symbol(mig=True)
@@ -104,21 +103,21 @@ class MigSymbols(DriverCore):
     def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle: Any, out: Any) -> None:
         target, _ = self.check_device("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", handle)
         if target.mig is None:
-            raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise Fail(abi.NVML_ERROR_INVALID_ARGUMENT)
         write_handle(out, gpu_token(target.gpu.index))
 
     @c_symbol(mig=True)
     def nvmlDeviceGetGpuInstanceId(self, handle: Any, out: Any) -> None:
         target, _ = self.check_device("nvmlDeviceGetGpuInstanceId", handle)
         if target.mig is None:
-            raise Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise Fail(abi.NVML_ERROR_NOT_SUPPORTED)
         deref(out).value = target.mig.gpu_instance_id
 
     @c_symbol(mig=True)
     def nvmlDeviceGetComputeInstanceId(self, handle: Any, out: Any) -> None:
         target, _ = self.check_device("nvmlDeviceGetComputeInstanceId", handle)
         if target.mig is None:
-            raise Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise Fail(abi.NVML_ERROR_NOT_SUPPORTED)
         deref(out).value = target.mig.compute_instance_id
 
     @c_symbol
@@ -126,13 +125,13 @@ class MigSymbols(DriverCore):
         target, sample = self.check_device("nvmlDeviceGetGpuInstanceById", handle)
         gpu = target.gpu
         if not gpu.mig_capable or not gpu.mig:
-            raise Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise Fail(abi.NVML_ERROR_NOT_SUPPORTED)
         wanted = arg_int(gi_id)
         for m in gpu.mig:
             if m.gpu_instance_id == wanted and m.exists_at(sample):
                 write_handle(out, gpu_token(gpu.index) | (_GI_TOKEN + m.slot))
                 return
-        raise Fail(pynvml.NVML_ERROR_NOT_FOUND)
+        raise Fail(abi.NVML_ERROR_NOT_FOUND)
 
     @c_symbol
     def nvmlGpuInstanceGetInfo(self, gi_handle: Any, info_ref: Any) -> None:
@@ -140,12 +139,12 @@ class MigSymbols(DriverCore):
         token = token_of(gi_handle) or 0
         index, slot = (token >> 8) - 1, (token & 0xFF) - _GI_TOKEN
         if not (0 <= index < len(self.scenario.devices) and 0 <= slot < MAX_MIG_DEVICES):
-            raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise Fail(abi.NVML_ERROR_INVALID_ARGUMENT)
         gpu = self.scenario.devices[index]
         if gpu.lost_at(sample):
-            raise Fail(pynvml.NVML_ERROR_GPU_IS_LOST)
+            raise Fail(abi.NVML_ERROR_GPU_IS_LOST)
         if slot >= len(gpu.mig) or not gpu.mig[slot].exists_at(sample):
-            raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)  # destroyed since the lookup
+            raise Fail(abi.NVML_ERROR_INVALID_ARGUMENT)  # destroyed since the lookup
         mig = gpu.mig[slot]
         info = deref(info_ref)
         offset = type(info).device.offset

@@ -9,26 +9,25 @@ from __future__ import annotations
 
 from typing import Any
 
-import pynvml
-
+from otel_gpu import nvml_abi as abi
 from otel_gpu.sim.driver._core import DriverCore, Fail, Target, arg_int, c_symbol, deref
 from otel_gpu.sim.scenario import NvLinkSpec
 
 _ERROR_COUNTERS = {
-    pynvml.NVML_NVLINK_ERROR_DL_REPLAY: "replay",
-    pynvml.NVML_NVLINK_ERROR_DL_RECOVERY: "recovery",
-    pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT: "crc_flit",
-    pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA: "crc_data",
+    abi.NVML_NVLINK_ERROR_DL_REPLAY: "replay",
+    abi.NVML_NVLINK_ERROR_DL_RECOVERY: "recovery",
+    abi.NVML_NVLINK_ERROR_DL_CRC_FLIT: "crc_flit",
+    abi.NVML_NVLINK_ERROR_DL_CRC_DATA: "crc_data",
 }
 
 
 def _link(target: Target, link: Any) -> NvLinkSpec:
     nvlink = target.gpu.nvlink
     if nvlink is None:
-        raise Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        raise Fail(abi.NVML_ERROR_NOT_SUPPORTED)
     index = arg_int(link)
     if not 0 <= index < len(nvlink.links):
-        raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        raise Fail(abi.NVML_ERROR_INVALID_ARGUMENT)
     return nvlink.links[index]
 
 
@@ -37,7 +36,7 @@ class NvLinkSymbols(DriverCore):
     def nvmlDeviceGetNvLinkState(self, handle: Any, link: Any, out: Any) -> None:
         target, sample = self.check_device("nvmlDeviceGetNvLinkState", handle)
         active = _link(target, link).active_at(sample)
-        deref(out).value = pynvml.NVML_FEATURE_ENABLED if active else pynvml.NVML_FEATURE_DISABLED
+        deref(out).value = abi.NVML_FEATURE_ENABLED if active else abi.NVML_FEATURE_DISABLED
 
     @c_symbol
     def nvmlDeviceGetNvLinkErrorCounter(self, handle: Any, link: Any, counter: Any,
@@ -46,5 +45,5 @@ class NvLinkSymbols(DriverCore):
         spec = _link(target, link)
         name = _ERROR_COUNTERS.get(arg_int(counter))
         if name is None:
-            raise Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)  # the ECC lane counters
+            raise Fail(abi.NVML_ERROR_NOT_SUPPORTED)  # the ECC lane counters
         deref(out).value = spec.counter(name, sample, target.gpu.position)

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import pynvml
-
+from otel_gpu import nvml_abi as abi
 from otel_gpu.sim.driver._core import DriverCore, Fail, arg_int, c_symbol, deref
 
 
@@ -38,8 +37,8 @@ class PcieSymbols(DriverCore):
     @c_symbol
     def nvmlDeviceGetPcieThroughput(self, handle: Any, counter: Any, out: Any) -> None:
         target, sample = self.check_device("nvmlDeviceGetPcieThroughput", handle)
-        key = {pynvml.NVML_PCIE_UTIL_TX_BYTES: "tx_throughput",
-               pynvml.NVML_PCIE_UTIL_RX_BYTES: "rx_throughput"}.get(arg_int(counter))
+        key = {abi.NVML_PCIE_UTIL_TX_BYTES: "tx_throughput",
+               abi.NVML_PCIE_UTIL_RX_BYTES: "rx_throughput"}.get(arg_int(counter))
         if key is None:
-            raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise Fail(abi.NVML_ERROR_INVALID_ARGUMENT)
         deref(out).value = self._uint(target.gpu.pcie.get(key), sample, target.gpu.position)

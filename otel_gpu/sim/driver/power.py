@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import pynvml
-
+from otel_gpu import nvml_abi as abi
 from otel_gpu.sim.driver._core import DriverCore, Fail, arg_int, c_symbol, deref
 from otel_gpu.sim.scenario import U64_MAX, VIOLATION_POLICIES
 
@@ -46,7 +45,7 @@ class PowerSymbols(DriverCore):
                                            handle)
         limits, k = target.gpu.power_limits, target.gpu.position
         if "min" not in limits or "max" not in limits:
-            raise Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise Fail(abi.NVML_ERROR_NOT_SUPPORTED)
         deref(min_out).value = self._uint(limits["min"], sample, k)
         deref(max_out).value = self._uint(limits["max"], sample, k)
 
@@ -61,7 +60,7 @@ class PowerSymbols(DriverCore):
         target, sample = self.check_device("nvmlDeviceGetViolationStatus", handle)
         names = [name for name, value in VIOLATION_POLICIES.items() if value == arg_int(policy)]
         if not names:
-            raise Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)  # the policies NVML has but we don't
+            raise Fail(abi.NVML_ERROR_NOT_SUPPORTED)  # the policies NVML has but we don't
         value = target.gpu.violations.get(names[0])
         time = deref(out)
         time.violationTime = self._uint(value, sample, target.gpu.position, U64_MAX)

@@ -17,6 +17,7 @@ from typing import Any
 
 import pynvml
 
+from otel_gpu import nvml_abi as abi
 from otel_gpu.sim.driver._core import DriverCore, Fail, Target, arg_int, c_symbol, deref
 from otel_gpu.sim.scenario import NOT_AVAILABLE_ID, U32_MAX, U64_MAX, Process, clamp
 
@@ -48,7 +49,7 @@ class ProcessSymbols(DriverCore):
             return
         if infos is None or count.value < len(rows):
             count.value = len(rows)
-            raise Fail(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
+            raise Fail(abi.NVML_ERROR_INSUFFICIENT_SIZE)
         k = target.gpu.position
         for i, (proc, gi, ci) in enumerate(rows):
             info = infos[i]
@@ -64,7 +65,7 @@ class ProcessSymbols(DriverCore):
         """``(timestamp, pid, (sm, mem, enc, dec))`` per busy process newer than ``last_seen``."""
         target, sample = self.check_device(symbol, handle)
         if target.gpu.mig:  # NVML has no per-process utilization in MIG mode
-            raise Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise Fail(abi.NVML_ERROR_NOT_SUPPORTED)
         stamp = EPOCH_US + sample * SAMPLE_US
         k = target.gpu.position
         rows = [
@@ -74,7 +75,7 @@ class ProcessSymbols(DriverCore):
             if proc.listed_at(sample) and any(v is not None for v in proc.utilization)
         ]
         if stamp <= last_seen or not rows:
-            raise Fail(pynvml.NVML_ERROR_NOT_FOUND)
+            raise Fail(abi.NVML_ERROR_NOT_FOUND)
         return rows
 
     @c_symbol
@@ -85,7 +86,7 @@ class ProcessSymbols(DriverCore):
         count = deref(count_ref)
         if samples is None or count.value < len(rows):
             count.value = len(rows)
-            raise Fail(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
+            raise Fail(abi.NVML_ERROR_INSUFFICIENT_SIZE)
         for i, (stamp, pid, (sm, mem, enc, dec)) in enumerate(rows):
             out = samples[i]
             out.pid, out.timeStamp = pid, stamp
@@ -97,12 +98,12 @@ class ProcessSymbols(DriverCore):
         info = deref(info_ref)
         if info.version != pynvml.ProcessesUtilizationInfo_v1:
             self.check_device("nvmlDeviceGetProcessesUtilizationInfo", handle)
-            raise Fail(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+            raise Fail(abi.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
         rows = self._utilization_rows("nvmlDeviceGetProcessesUtilizationInfo", handle,
                                       int(info.lastSeenTimeStamp))
         if not info.procUtilArray or info.processSamplesCount < len(rows):
             info.processSamplesCount = len(rows)
-            raise Fail(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
+            raise Fail(abi.NVML_ERROR_INSUFFICIENT_SIZE)
         for i, (stamp, pid, (sm, mem, enc, dec)) in enumerate(rows):
             out = info.procUtilArray[i]
             out.timeStamp, out.pid = stamp, pid

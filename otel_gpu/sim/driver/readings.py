@@ -13,6 +13,7 @@ from typing import Any
 
 import pynvml
 
+from otel_gpu import nvml_abi as abi
 from otel_gpu.sim.driver._core import DriverCore, Fail, Target, arg_int, c_symbol, deref
 from otel_gpu.sim.scenario import CLOCKS, U64_MAX, Value
 
@@ -24,7 +25,7 @@ class ReadingSymbols(DriverCore):
     def _memory(target: Target, sample: int) -> tuple[int, int, int, int]:
         memory = target.mig.memory if target.mig else target.gpu.memory
         if memory is None:
-            raise Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise Fail(abi.NVML_ERROR_NOT_SUPPORTED)
         return memory.at(sample, target.gpu.position)
 
     @c_symbol(mig=True)
@@ -40,7 +41,7 @@ class ReadingSymbols(DriverCore):
         target, sample = self.check_device("nvmlDeviceGetMemoryInfo_v2", handle)
         mem = deref(mem_ref)
         if mem.version != pynvml.nvmlMemory_v2:
-            raise Fail(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+            raise Fail(abi.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
         mem.total, mem.reserved, mem.used, mem.free = self._memory(target, sample)
 
     # --- utilization --------------------------------------------------------------------
@@ -72,8 +73,8 @@ class ReadingSymbols(DriverCore):
     @c_symbol
     def nvmlDeviceGetTemperature(self, handle: Any, sensor: Any, out: Any) -> None:
         target, sample = self.check_device("nvmlDeviceGetTemperature", handle)
-        if arg_int(sensor) != pynvml.NVML_TEMPERATURE_GPU:
-            raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if arg_int(sensor) != abi.NVML_TEMPERATURE_GPU:
+            raise Fail(abi.NVML_ERROR_INVALID_ARGUMENT)
         deref(out).value = self._uint(target.gpu.temperature, sample, target.gpu.position)
 
     @c_symbol
@@ -81,9 +82,9 @@ class ReadingSymbols(DriverCore):
         target, sample = self.check_device("nvmlDeviceGetTemperatureV", handle)
         temp = deref(temp_ref)
         if temp.version != pynvml.nvmlTemperature_v1:
-            raise Fail(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
-        if temp.sensorType != pynvml.NVML_TEMPERATURE_GPU:
-            raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise Fail(abi.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        if temp.sensorType != abi.NVML_TEMPERATURE_GPU:
+            raise Fail(abi.NVML_ERROR_INVALID_ARGUMENT)
         temp.temperature = self._uint(target.gpu.temperature, sample, target.gpu.position,
                                       2**31 - 1)
 
@@ -100,7 +101,7 @@ class ReadingSymbols(DriverCore):
         kind = arg_int(clock_type)
         names = [name for name, value in CLOCKS.items() if value == kind]
         if not names:
-            raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise Fail(abi.NVML_ERROR_INVALID_ARGUMENT)
         value = target.gpu.clocks.get(names[0])
         deref(out).value = self._uint(value, sample, target.gpu.position)
 
@@ -109,7 +110,7 @@ class ReadingSymbols(DriverCore):
         target, sample = self.check_device("nvmlDeviceGetMaxClockInfo", handle)
         names = [name for name, value in CLOCKS.items() if value == arg_int(clock_type)]
         if not names:
-            raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise Fail(abi.NVML_ERROR_INVALID_ARGUMENT)
         value = target.gpu.max_clocks.get(names[0])
         deref(out).value = self._uint(value, sample, target.gpu.position)
 

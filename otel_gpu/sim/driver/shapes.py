@@ -43,8 +43,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import pynvml
-
+from otel_gpu import nvml_abi as abi
 from otel_gpu.sim.driver._core import Fail
 
 if TYPE_CHECKING:
@@ -63,8 +62,8 @@ _INTS = "bBhHiIlLqQ"
 _FLOATS = "fd"
 _UNION_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 """A field value's union member per ``NVML_VALUE_TYPE_*`` (their order in nvml.h)."""
-_DOUBLE, _ULL, _SLL = (pynvml.NVML_VALUE_TYPE_DOUBLE, pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
-                       pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG)
+_DOUBLE, _ULL, _SLL = (abi.NVML_VALUE_TYPE_DOUBLE, abi.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+                       abi.NVML_VALUE_TYPE_SIGNED_LONG_LONG)
 ROW_PID = 50_000
 """The first pid of generated entries (the others follow)."""
 EPOCH_US = 1_700_000_000_000_000
@@ -138,7 +137,7 @@ def _walk(obj: Any, out: list[Cell], top: bool) -> None:
         return  # an array of plain values is text (a name, a UUID)
     if _is_struct(obj):
         fields = {f[0]: f[1] for f in getattr(type(obj), "_fields_", ())}
-        if int(getattr(obj, "nvmlReturn", 0) or 0) != pynvml.NVML_SUCCESS:
+        if int(getattr(obj, "nvmlReturn", 0) or 0) != abi.NVML_SUCCESS:
             return  # an entry the driver failed holds no value
         counts = [name for name in fields if name.endswith("Count")]
         for name, ctype in fields.items():
@@ -251,8 +250,8 @@ class Shape:
 
 def _code(name: str) -> int:
     if name == "SUCCESS":
-        return pynvml.NVML_SUCCESS
-    value = getattr(pynvml, "NVML_ERROR_" + name, None)
+        return abi.NVML_SUCCESS
+    value = getattr(abi, "NVML_ERROR_" + name, None)
     if not isinstance(value, int):
         raise ShapeError(f"unknown NVML return code {name!r}")
     return value
@@ -260,8 +259,8 @@ def _code(name: str) -> int:
 
 def error_names() -> tuple[str, ...]:
     """Every return code pynvml defines, by name without the prefix; SUCCESS first."""
-    names = sorted(n[len("NVML_ERROR_"):] for n in dir(pynvml)
-                   if n.startswith("NVML_ERROR_") and isinstance(getattr(pynvml, n), int))
+    names = sorted(n[len("NVML_ERROR_"):] for n in dir(abi)
+                   if n.startswith("NVML_ERROR_") and isinstance(getattr(abi, n), int))
     return ("SUCCESS", *names)
 
 
@@ -286,7 +285,7 @@ class Filled(Shape):
 
     def answer(self, symbol: Symbol, args: tuple[Any, ...]) -> Any:
         code = symbol.answer(*args)
-        if code == pynvml.NVML_SUCCESS:
+        if code == abi.NVML_SUCCESS:
             for cell in cells(args):
                 self._write(cell)
         return code
@@ -372,7 +371,7 @@ class _ListShape(Shape):
     def _count(self, args: tuple[Any, ...]) -> tuple[Any, str | None]:
         found = _count_cell(args)
         if found is None:
-            raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)  # not a list call
+            raise Fail(abi.NVML_ERROR_INVALID_ARGUMENT)  # not a list call
         return found
 
     @staticmethod
@@ -415,15 +414,15 @@ class Entries(_ListShape):
         buffer = _rows(args, self._get(count))
         if buffer is None:  # the size query
             self._put(count, self.n)
-            return pynvml.NVML_SUCCESS if self.n == 0 else pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+            return abi.NVML_SUCCESS if self.n == 0 else abi.NVML_ERROR_INSUFFICIENT_SIZE
         rows, capacity = buffer
         if capacity < self.n and not self.over:
             self._put(count, self.n)
-            return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+            return abi.NVML_ERROR_INSUFFICIENT_SIZE
         written = min(self.n, capacity)
         self._fill(symbol, rows, written)
         self._put(count, capacity + 1 if self.over else written)
-        return pynvml.NVML_SUCCESS
+        return abi.NVML_SUCCESS
 
 
 class Resized(_ListShape):
@@ -438,14 +437,14 @@ class Resized(_ListShape):
         buffer = _rows(args, self._get(count))
         if buffer is None:
             self._put(count, self.first)
-            return (pynvml.NVML_SUCCESS if self.first == 0
-                    else pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
+            return (abi.NVML_SUCCESS if self.first == 0
+                    else abi.NVML_ERROR_INSUFFICIENT_SIZE)
         rows, capacity = buffer
         self._put(count, self.then)
         if self.then > capacity:
-            return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+            return abi.NVML_ERROR_INSUFFICIENT_SIZE
         self._fill(symbol, rows, self.then)
-        return pynvml.NVML_SUCCESS
+        return abi.NVML_SUCCESS
 
 
 class Hang(Shape):

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import pynvml
-
+from otel_gpu import nvml_abi as abi
 from otel_gpu.sim.driver._core import DriverCore, arg_int, c_symbol, deref, write_text
 
 
@@ -36,8 +35,8 @@ class SystemSymbols(DriverCore):
     @c_symbol
     def nvmlErrorString(self, code: Any) -> bytes:
         value = arg_int(code)
-        for name in dir(pynvml):
-            if name.startswith("NVML_ERROR_") and getattr(pynvml, name) == value:
+        for name in dir(abi):
+            if name.startswith("NVML_ERROR_") and getattr(abi, name) == value:
                 return name[len("NVML_ERROR_"):].replace("_", " ").capitalize().encode()
         return b"Unknown Error" if value else b"Success"
 

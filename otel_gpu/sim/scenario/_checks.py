@@ -14,8 +14,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NoReturn
 
-import pynvml
-
+from otel_gpu import nvml_abi as abi
 from otel_gpu.sim.scenario.model import (
     NOT_AVAILABLE,
     PROCESS_SHARES,
@@ -34,8 +33,8 @@ from otel_gpu.sim.scenario.model import (
 _BUS_ID = re.compile(r"^(?:([0-9A-Fa-f]{8})|([0-9A-Fa-f]{4})):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})"
                      r"\.([0-7])$")
 _FAULT_CODES = {
-    "unsupported": pynvml.NVML_ERROR_NOT_SUPPORTED,
-    "no_permission": pynvml.NVML_ERROR_NO_PERMISSION,
+    "unsupported": abi.NVML_ERROR_NOT_SUPPORTED,
+    "no_permission": abi.NVML_ERROR_NO_PERMISSION,
     "not_available": NOT_AVAILABLE,
 }
 """The fault keys that list targets, and the code each injects (``errors`` names its own)."""
@@ -62,7 +61,7 @@ def field_id(key: Any) -> int | None:
     if not isinstance(key, str) or key == "MAX":
         return None
     for prefix in ("NVML_FI_DEV_", "NVML_FI_"):
-        value = getattr(pynvml, prefix + key, None)
+        value = getattr(abi, prefix + key, None)
         if isinstance(value, int):
             return value
     return None
@@ -71,7 +70,7 @@ def field_id(key: Any) -> int | None:
 def _error_code(name: Any) -> int | None:
     if not isinstance(name, str):
         return None
-    value = getattr(pynvml, "NVML_ERROR_" + name, None)
+    value = getattr(abi, "NVML_ERROR_" + name, None)
     return value if isinstance(value, int) else None
 
 
@@ -251,16 +250,16 @@ class Checks:
                                           f"got {show(errors)}")
         for target, name in errors.items():
             p = at(at(path, "errors"), target)
-            code = _error_code(name)
-            if code is None:
+            error = _error_code(name)
+            if error is None:
                 self.fail(p, f"unknown NVML error {show(name)} (expected an NVML_ERROR_ name "
                              "without the prefix, e.g. UNKNOWN, GPU_IS_LOST)")
-            add(p, target, code)
+            add(p, target, error)
         return Faults(MappingProxyType(calls), MappingProxyType(fields))
 
     def uuid(self, path: str, raw: Any, prefix: str) -> str:
         text = self.string(path, raw)
-        if not text.startswith(prefix) or len(text) >= pynvml.NVML_DEVICE_UUID_V2_BUFFER_SIZE:
+        if not text.startswith(prefix) or len(text) >= abi.NVML_DEVICE_UUID_V2_BUFFER_SIZE:
             self.fail(path, f"expected a UUID starting with {prefix!r}, got {show(raw)}")
         return self.claim_uuid(path, text)
 

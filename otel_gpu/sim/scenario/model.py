@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import pynvml
-
+from otel_gpu import nvml_abi as abi
 from otel_gpu.errors import SetupError
 
 Number = int | float
@@ -38,10 +37,10 @@ NOT_AVAILABLE = 0x7FFF0001
 """Not an NVML code: the fault a device's ``not_available`` injects (SUCCESS, all ones)."""
 
 CLOCKS = {
-    "graphics": pynvml.NVML_CLOCK_GRAPHICS,
-    "sm": pynvml.NVML_CLOCK_SM,
-    "memory": pynvml.NVML_CLOCK_MEM,
-    "video": pynvml.NVML_CLOCK_VIDEO,
+    "graphics": abi.NVML_CLOCK_GRAPHICS,
+    "sm": abi.NVML_CLOCK_SM,
+    "memory": abi.NVML_CLOCK_MEM,
+    "video": abi.NVML_CLOCK_VIDEO,
 }
 """Scenario ``clocks`` keys and the NVML clock type each one answers for."""
 UTILIZATION_KEYS = ("gpu", "memory", "encoder", "decoder")
@@ -52,12 +51,12 @@ PCIE_KEYS = ("generation", "max_generation", "width", "max_width", "tx_throughpu
              "rx_throughput")
 """Scenario ``pcie`` keys."""
 VIOLATION_POLICIES = {
-    "power": pynvml.NVML_PERF_POLICY_POWER,
-    "thermal": pynvml.NVML_PERF_POLICY_THERMAL,
-    "sync_boost": pynvml.NVML_PERF_POLICY_SYNC_BOOST,
-    "board_limit": pynvml.NVML_PERF_POLICY_BOARD_LIMIT,
-    "low_utilization": pynvml.NVML_PERF_POLICY_LOW_UTILIZATION,
-    "reliability": pynvml.NVML_PERF_POLICY_RELIABILITY,
+    "power": abi.NVML_PERF_POLICY_POWER,
+    "thermal": abi.NVML_PERF_POLICY_THERMAL,
+    "sync_boost": abi.NVML_PERF_POLICY_SYNC_BOOST,
+    "board_limit": abi.NVML_PERF_POLICY_BOARD_LIMIT,
+    "low_utilization": abi.NVML_PERF_POLICY_LOW_UTILIZATION,
+    "reliability": abi.NVML_PERF_POLICY_RELIABILITY,
 }
 """Scenario ``violations`` keys and the NVML policy each one answers for."""
 ROW_REMAP_BUCKETS = ("max", "high", "partial", "low", "none")
@@ -65,12 +64,12 @@ ROW_REMAP_BUCKETS = ("max", "high", "partial", "low", "none")
 NVLINK_COUNTERS = ("tx", "rx", "crc_flit", "crc_data", "replay", "recovery")
 """An NVLink link's counters: data KiB sent and received, and its error counts."""
 NVLINK_FIELDS = {
-    pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: "tx",
-    pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: "rx",
-    pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL: "crc_flit",
-    pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL: "crc_data",
-    pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL: "replay",
-    pynvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL: "recovery",
+    abi.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: "tx",
+    abi.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: "rx",
+    abi.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL: "crc_flit",
+    abi.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL: "crc_data",
+    abi.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL: "replay",
+    abi.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL: "recovery",
 }
 """The fields ``nvlink`` answers: field id -> the link counter behind it."""
 FAULT_KEYS = ("unsupported", "no_permission", "errors", "not_available")
@@ -320,17 +319,17 @@ class NvLinks:
 
 
 FABRIC_STATES = {
-    "not_supported": pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED,
-    "not_started": pynvml.NVML_GPU_FABRIC_STATE_NOT_STARTED,
-    "in_progress": pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS,
-    "completed": pynvml.NVML_GPU_FABRIC_STATE_COMPLETED,
+    "not_supported": abi.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED,
+    "not_started": abi.NVML_GPU_FABRIC_STATE_NOT_STARTED,
+    "in_progress": abi.NVML_GPU_FABRIC_STATE_IN_PROGRESS,
+    "completed": abi.NVML_GPU_FABRIC_STATE_COMPLETED,
 }
 """Scenario ``fabric.state`` names and the NVML fabric state each one answers."""
 FABRIC_HEALTH_SUMMARIES = {
-    "not_supported": pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED,
-    "healthy": pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY,
-    "unhealthy": pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY,
-    "limited_capacity": pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY,
+    "not_supported": abi.NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED,
+    "healthy": abi.NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY,
+    "unhealthy": abi.NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY,
+    "limited_capacity": abi.NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY,
 }
 """Scenario ``fabric.health_summary`` names and the NVML summary each one answers."""
 FABRIC_HEALTHY_MASK = 0x51AA
@@ -349,18 +348,18 @@ class Fabric:
     call, without a health mask; 2: with it; 3: with the health summary too).
     """
 
-    state: int = key(default=pynvml.NVML_GPU_FABRIC_STATE_COMPLETED)
+    state: int = key(default=abi.NVML_GPU_FABRIC_STATE_COMPLETED)
     completed_after: int | None = key("integer", default=None)
-    status: int = key(default=pynvml.NVML_SUCCESS)
+    status: int = key(default=abi.NVML_SUCCESS)
     clique_id: int = key("integer", default=0, maximum=U32_MAX)
     cluster_uuid: bytes = key(default=bytes(16))
     health_mask: Value = key("value", default=Value(start=FABRIC_HEALTHY_MASK))
-    health_summary: int = key(default=pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY)
+    health_summary: int = key(default=abi.NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY)
     version: int = key("integer", default=3, minimum=1, maximum=3)
 
     def state_at(self, sample: int) -> int:
         if self.completed_after is not None and sample > self.completed_after:
-            return pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
+            return abi.NVML_GPU_FABRIC_STATE_COMPLETED
         return self.state
 
 

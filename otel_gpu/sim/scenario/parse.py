@@ -20,8 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import pynvml
-
+from otel_gpu import nvml_abi as abi
 from otel_gpu._files import FileError, parse_yaml, read_text
 from otel_gpu.sim.scenario._checks import Checks, field_id, show
 from otel_gpu.sim.scenario.model import (
@@ -129,10 +128,10 @@ def _exists(path: Path) -> bool:
 def _gpm_metric_id(key: Any) -> int | None:
     """A GPM metric's id from its scenario spelling, or None when it names no metric."""
     if isinstance(key, int) and not isinstance(key, bool):
-        return key if 0 < key < pynvml.NVML_GPM_METRIC_MAX else None
+        return key if 0 < key < abi.NVML_GPM_METRIC_MAX else None
     if not isinstance(key, str) or key == "MAX":
         return None
-    value = getattr(pynvml, "NVML_GPM_METRIC_" + key, None)
+    value = getattr(abi, "NVML_GPM_METRIC_" + key, None)
     return value if isinstance(value, int) else None
 
 
@@ -216,8 +215,8 @@ class _Parser(Checks):
     def nvlink(self, path: str, raw: Any) -> NvLinks:
         self.keys(NvLinks, path, raw)
         items = self.sequence(f"{path}.links", raw["links"])
-        if len(items) > pynvml.NVML_NVLINK_MAX_LINKS:
-            self.fail(f"{path}.links", f"at most {pynvml.NVML_NVLINK_MAX_LINKS} links")
+        if len(items) > abi.NVML_NVLINK_MAX_LINKS:
+            self.fail(f"{path}.links", f"at most {abi.NVML_NVLINK_MAX_LINKS} links")
         links = []
         for i, item in enumerate(items):
             p = f"{path}.links[{i}]"
@@ -244,8 +243,8 @@ class _Parser(Checks):
                 f"{path}.health_summary", raw["health_summary"], tuple(FABRIC_HEALTH_SUMMARIES))]
         if "status" in raw:
             status = raw["status"]
-            code = pynvml.NVML_SUCCESS if status == "SUCCESS" else getattr(
-                pynvml, f"NVML_ERROR_{status}", None) if isinstance(status, str) else None
+            code = abi.NVML_SUCCESS if status == "SUCCESS" else getattr(
+                abi, f"NVML_ERROR_{status}", None) if isinstance(status, str) else None
             if not isinstance(code, int):
                 self.fail(f"{path}.status", f"expected SUCCESS or an NVML_ERROR_ name without "
                                             f"the prefix (e.g. TIMEOUT), got {show(status)}")

@@ -12,6 +12,7 @@ from opentelemetry.sdk.metrics.export import (
 )
 
 from otel_gpu.export.collected import CollectingReader
+from otel_gpu.export.otlp.client import temporality
 from otel_gpu.export.otlp.metrics import build_reader
 from otel_gpu.export.otlp.push import OtlpPush, cumulative
 from otel_gpu.export.otlp.transport import OtlpSettings
@@ -112,20 +113,25 @@ def test_settings_win_over_the_variables():
         push.shutdown(timeout_millis=100)
 
 
-def _reader(source, **settings):
+VARIABLE = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE"
+
+
+def _reader(source, environ=None, **settings):
     return build_reader(OtlpSettings(endpoint="http://127.0.0.1:9", interval=3600.0, **settings),
-                        build_resource(environ={}), {}, source)
+                        build_resource(environ={}), environ or {}, source)
 
 
-def test_cumulative_exporters_share_the_collection_and_delta_keeps_its_own_reader(monkeypatch):
+def test_cumulative_exporters_share_the_collection_and_delta_keeps_its_own_reader():
     source = CollectingReader()
-    readers = [_reader(source), _reader(source, temporality="delta"), _reader(None)]
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "delta")
-    readers.append(_reader(source))  # the SDK's own variable asks for delta
+    readers = [_reader(source), _reader(source, temporality="delta"), _reader(None),
+               # the SDK's own variable asks for delta
+               _reader(source, {VARIABLE: "delta"})]
     try:
         shared, delta, alone, variable = readers
         assert isinstance(shared, OtlpPush) and shared.source is source
-        assert cumulative(shared._exporter)
+        assert cumulative(temporality(None, {})) and cumulative(temporality("cumulative", {}))
+        assert not cumulative(temporality("delta", {}))
+        assert not cumulative(temporality(None, {VARIABLE: "lowmemory"}))
         for reader in (delta, alone, variable):
             assert isinstance(reader, PeriodicExportingMetricReader)
     finally:
