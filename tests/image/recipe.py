@@ -1,12 +1,28 @@
-"""The image commands the README documents, and the Dockerfile's stages."""
+"""The image commands the README documents, the Dockerfile's stages, and its lock."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+LOCK = ROOT / "deploy" / "image" / "requirements.lock"
+
+
+def lock_reader():
+    """scripts/lock_constraints.py (a script, not a package), whose read_lock reads LOCK."""
+    name = "lock_constraints"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            name, ROOT / "scripts" / "lock_constraints.py")
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # its dataclasses look their module up there
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 def readme_commands() -> list[str]:
