@@ -94,10 +94,11 @@ class Discovery:
         self._gone_codes = frozenset(getattr(abi, n) for n in (
             "NVML_ERROR_NOT_FOUND", "NVML_ERROR_INVALID_ARGUMENT"))
 
-    def _get(self, worker: DeviceWorker, func: Callable[..., Any], *args: Any) -> Any:
-        """A discovery read whose failure just leaves the attribute unknown."""
-        with worker.doing(getattr(func, "__name__", "discovery")):
-            res = self._nvml.call(func, *args)
+    def _get(self, worker: DeviceWorker, name: str, *args: Any) -> Any:
+        """A discovery read (the pynvml function ``name``) whose failure just leaves the
+        attribute unknown, as does a function the installed nvidia-ml-py lacks."""
+        with worker.doing(name):
+            res = self._nvml.call(lambda: getattr(self._m, name)(*args))
         return res.value if res.ok else None
 
     def driver_version(self) -> str | None:
@@ -113,7 +114,7 @@ class Discovery:
         m = self._m
         with worker.doing("nvmlDeviceGetHandleByIndex"):
             res = self._nvml.call(m.nvmlDeviceGetHandleByIndex, index)
-        uuid = self._get(worker, m.nvmlDeviceGetUUID, res.value) if res.ok else None
+        uuid = self._get(worker, "nvmlDeviceGetUUID", res.value) if res.ok else None
         if uuid is None:
             return Found(index, why=res.message or "no UUID")
         if not text(uuid).startswith("GPU-"):  # SUCCESS with nothing written reads ""
@@ -132,24 +133,23 @@ class Discovery:
         m = self._m
         with worker.doing("nvmlDeviceGetHandleByIndex"):
             res = self._nvml.call(m.nvmlDeviceGetHandleByIndex, index)
-        ok = res.ok and self._get(worker, m.nvmlDeviceGetUUID, res.value) is not None
+        ok = res.ok and self._get(worker, "nvmlDeviceGetUUID", res.value) is not None
         return ok
 
     def _describe(self, index: int, handle: Any, uuid: str, worker: DeviceWorker) -> Device:
-        m = self._m
         get = self._get
-        name = text(get(worker, m.nvmlDeviceGetName, handle) or "NVIDIA GPU")
-        pci = get(worker, m.nvmlDeviceGetPciInfo, handle)
-        numa = get(worker, m.nvmlDeviceGetNumaNodeId, handle)
-        serial = get(worker, m.nvmlDeviceGetSerial, handle)
-        vbios = get(worker, m.nvmlDeviceGetVbiosVersion, handle)
+        name = text(get(worker, "nvmlDeviceGetName", handle) or "NVIDIA GPU")
+        pci = get(worker, "nvmlDeviceGetPciInfo", handle)
+        numa = get(worker, "nvmlDeviceGetNumaNodeId", handle)
+        serial = get(worker, "nvmlDeviceGetSerial", handle)
+        vbios = get(worker, "nvmlDeviceGetVbiosVersion", handle)
         return Device(
             uuid=uuid,
             index=index,
             name=name,
             model=name,
             pci_bus_id=text(pci.busId) if pci is not None else "",
-            minor_number=get(worker, m.nvmlDeviceGetMinorNumber, handle),
+            minor_number=get(worker, "nvmlDeviceGetMinorNumber", handle),
             numa_node=numa if isinstance(numa, int) and numa >= 0 else None,
             serial=text(serial) if serial else None,
             vbios_version=text(vbios) if vbios else None,
@@ -166,7 +166,7 @@ class Discovery:
             mode = self._nvml.call(m.nvmlDeviceGetMigMode, handle)
         if not mode.ok or mode.value[0] != abi.NVML_DEVICE_MIG_ENABLE:
             return (), None
-        told = _small(get(worker, m.nvmlDeviceGetMaxMigDeviceCount, handle))
+        told = _small(get(worker, "nvmlDeviceGetMaxMigDeviceCount", handle))
         # The slot past the count is asked too: where it answers, the count was wrong and
         # every slot an id can have is asked (so is each where the count gave no answer).
         limit = told + 1 if told else MAX_ID
@@ -183,11 +183,11 @@ class Discovery:
                 continue
             if slot == limit and limit < MAX_ID:
                 limit = MAX_ID
-            uuid = get(worker, m.nvmlDeviceGetUUID, res.value)
+            uuid = get(worker, "nvmlDeviceGetUUID", res.value)
             if uuid is None:
                 continue
-            name = get(worker, m.nvmlDeviceGetName, res.value)
-            gi_id = _small(get(worker, m.nvmlDeviceGetGpuInstanceId, res.value))
+            name = get(worker, "nvmlDeviceGetName", res.value)
+            gi_id = _small(get(worker, "nvmlDeviceGetGpuInstanceId", res.value))
             # The GPU instance's profile id and placement, as NVIDIA's DRA driver names it.
             gi = None
             if gi_id is not None:
@@ -196,7 +196,7 @@ class Discovery:
                 gi = found.value if found.ok else None
                 if found.code in self._gone_codes:
                     gi_id = None  # the GPU has no instance of that id: the answer was wrong
-            info = get(worker, m.nvmlGpuInstanceGetInfo, gi) if gi is not None else None
+            info = get(worker, "nvmlGpuInstanceGetInfo", gi) if gi is not None else None
             name_text = text(name) if name else ""
             device = Device(
                 uuid=text(uuid),
@@ -206,7 +206,7 @@ class Discovery:
                 pci_bus_id="",
                 gpu_instance_id=gi_id,
                 compute_instance_id=_small(
-                    get(worker, m.nvmlDeviceGetComputeInstanceId, res.value)),
+                    get(worker, "nvmlDeviceGetComputeInstanceId", res.value)),
                 mig_profile=mig_profile(name_text),
                 gpu_instance_profile_id=int(info.profileId) if info is not None else None,
                 placement_start=int(info.placement.start) if info is not None else None,

@@ -191,7 +191,7 @@ class GpmCollector:
             t.gpm.supported = bool(res.value.isSupportedDevice)
             if not t.gpm.supported:
                 self._unavailable(t.gpm, PRE_HOPPER)
-        elif res.outcome is Outcome.UNSUPPORTED:
+        elif res.outcome in (Outcome.UNSUPPORTED, Outcome.MISSING):
             t.gpm.supported = False
             self._unavailable(t.gpm, self._why("nvmlGpmQueryDeviceSupport", res))
         elif res.outcome is Outcome.BROKEN:
@@ -264,7 +264,7 @@ class GpmCollector:
             # id is not the driver's: said as a problem until a sample is taken again
             state.restart()
             state.refused = f"{what} answered {error_name(res.code, self._m)}"
-        elif res.outcome is Outcome.UNSUPPORTED:
+        elif res.outcome in (Outcome.UNSUPPORTED, Outcome.MISSING):
             self._unavailable(state, self._why(what, res))
         elif res.outcome is Outcome.DEVICE_FAILED:
             state.restart()  # the device's other reads report it
@@ -277,6 +277,8 @@ class GpmCollector:
                               "next sample", t.label(), what, res.message)
 
     def _why(self, what: str, res: Result) -> str:
+        if res.outcome is Outcome.MISSING:
+            return f"{what}: {res.message}"
         name = error_name(res.code, self._m)
         if name == "FUNCTION_NOT_FOUND":
             return f"the driver has no {what} (GPM needs driver R520 or newer)"

@@ -8,6 +8,10 @@ decision, and :class:`Nvml` applies it so no caller ever sees an exception
 from otel_gpu import nvml_abi as abi
 from the driver.
 
+A function, structure or constant the installed nvidia-ml-py lacks (an older release)
+is :attr:`Outcome.MISSING`: that read is not available with this binding, said once,
+and the other reads go on.
+
 Anything else the binding raises is never a success either: an ``NVMLError``
 whose code is ``NVML_SUCCESS`` (pynvml's answer to a driver that returns
 SUCCESS to a size query with a NULL buffer), a ``TypeError`` or ``ValueError``
@@ -20,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import functools
+import importlib.metadata
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +47,9 @@ class Outcome(enum.StrEnum):
     BROKEN = "broken"
     """The call raised something no return code explains: no value, counted as the
     reader's failure, tried again next sample."""
+    MISSING = "missing"
+    """The installed nvidia-ml-py lacks a function, structure or version it needs: not
+    available with this binding. Omitted, said once, never counted as a failure."""
 
 
 _UNSUPPORTED = {
@@ -165,6 +173,20 @@ def _count_library_calls(module: ModuleType) -> None:
     module._nvmlGetFunctionPointer = counted  # type: ignore[attr-defined]
 
 
+@functools.cache
+def binding_version() -> str:
+    """The installed nvidia-ml-py's version, for "not available with this nvidia-ml-py X"."""
+    try:
+        return importlib.metadata.version("nvidia-ml-py")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def missing_from_binding(name: str) -> str:
+    """What a read the binding cannot make is: ``not available with this nvidia-ml-py X``."""
+    return f"not available with this nvidia-ml-py {binding_version()} (it has no {name})"
+
+
 class NvmlUnavailable(RuntimeError):
     """NVML could not be initialised: no driver, or no library."""
 
@@ -226,6 +248,10 @@ class Nvml:
                 return Result(None, Outcome.BROKEN, 0,
                               f"the driver answered SUCCESS but gave no value ({exc})", exc)
             return Result(None, classify(code, self.module), code, str(exc))
+        except AttributeError as exc:
+            if exc.obj is self.module and isinstance(exc.name, str):  # an older binding
+                return Result(None, Outcome.MISSING, 0, missing_from_binding(exc.name), exc)
+            return Result(None, Outcome.BROKEN, 0, f"{type(exc).__name__}: {exc}", exc)
         except Exception as exc:  # noqa: BLE001 - a malformed answer or a reader's bug
             return Result(None, Outcome.BROKEN, 0, f"{type(exc).__name__}: {exc}", exc)
         finally:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
@@ -43,6 +44,10 @@ class Outcomes:
         )
         self._limited = LogLimiter(log, 300.0, clock=clock)
         self.topology_changed = False
+        self._lock = threading.Lock()
+        self._missing: dict[str, str] = {}
+        """Reads the installed binding cannot make: what -> why (any thread)."""
+        self._said: set[str] = set()
 
     def act(self, t: Tracked, what: str, res: Result, unsupported: list[str]) -> str | None:
         """Act on a failed read; returns the failure text when the device failed."""
@@ -50,6 +55,10 @@ class Outcomes:
             return f"{res.message} ({error_name(res.code, self._m)}) in {what}"
         if res.outcome is Outcome.BROKEN:
             self.failures.record(t.label(), what, res.message, res.error)
+            return None
+        if res.outcome is Outcome.MISSING:
+            t.reads.unsupported.add(what)  # on no device can this binding make it
+            self.missing(what, res.message)
             return None
         if t.device.is_mig and res.code in self._gone_codes:
             # The instance was destroyed (a MIG re-layout): rediscover on the next sample.
@@ -66,6 +75,25 @@ class Outcomes:
                               "%s: reading %s failed (%s); retrying next sample",
                               t.label(), what, res.message)
         return None
+
+
+    def missing(self, what: str, why: str) -> None:
+        """``what`` is not available with the installed nvidia-ml-py (``why`` says so)."""
+        with self._lock:
+            self._missing.setdefault(what, why)
+
+    def binding_notes(self) -> list[str]:
+        """One note per read the binding cannot make, for every sample (``check`` shows
+        them); the ones not said before are logged in one line."""
+        with self._lock:
+            notes = {what: why for what, why in sorted(self._missing.items())}
+            new = [what for what in notes if what not in self._said]
+            self._said.update(new)
+        if new:
+            log.warning("%s; their values are omitted, the other reads go on (a newer "
+                        "nvidia-ml-py gives them)",
+                        "; ".join(f"{what}: {notes[what]}" for what in new))
+        return [f"{what}: {why}" for what, why in notes.items()]
 
 
 class Bounds:

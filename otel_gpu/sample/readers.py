@@ -67,8 +67,11 @@ def _memory(m: ModuleType, handle: Any) -> dict[str, float]:
 
 
 def _temperature(m: ModuleType, handle: Any) -> dict[str, float]:
+    versioned = getattr(m, "nvmlDeviceGetTemperatureV", None)  # not in nvidia-ml-py 12.560
     try:
-        value = m.nvmlDeviceGetTemperatureV(handle, abi.NVML_TEMPERATURE_GPU)
+        if versioned is None:
+            raise m.NVMLError(abi.NVML_ERROR_FUNCTION_NOT_FOUND)
+        value = versioned(handle, abi.NVML_TEMPERATURE_GPU)
     except m.NVMLError as exc:  # the versioned call arrived with R535
         if not _older_driver(m, exc):
             raise
@@ -251,8 +254,14 @@ def fabric_health(m: ModuleType, mask: int) -> dict[str, float]:
 def _fabric_info(m: ModuleType, handle: Any) -> Any:
     """The newest fabric structure the driver fills: v3 (health summary), v2 (health
     mask), or the first form without a version (R525 drivers)."""
-    for struct in ("c_nvmlGpuFabricInfo_v3_t", "c_nvmlGpuFabricInfo_v2_t"):
-        info = getattr(m, struct)()
+    versioned = getattr(m, "nvmlDeviceGetGpuFabricInfoV", None)
+    # v2 is c_nvmlGpuFabricInfoV_t alone in nvidia-ml-py 12.560, an alias in 13.x
+    structs = [getattr(m, name, None) for name in (
+        "c_nvmlGpuFabricInfo_v3_t", "c_nvmlGpuFabricInfo_v2_t", "c_nvmlGpuFabricInfoV_t")]
+    for struct in dict.fromkeys(s for s in structs if s is not None):
+        if versioned is None:
+            break  # an nvidia-ml-py before the versioned call: the first form
+        info = struct()
         try:
             m.nvmlDeviceGetGpuFabricInfoV(handle, byref(info))
         except m.NVMLError as exc:

@@ -129,6 +129,7 @@ class Sampler:
         self._node.events(problems)
         samples = self._read_all(problems)
         notes, gpm_problems = self._gpm.summary(self._topology.devices)
+        notes = self._outcomes.binding_notes() + notes
         problems.extend(gpm_problems)
         problems.extend(self._failures.take_recent())
         self._seq += 1
