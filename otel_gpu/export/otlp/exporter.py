@@ -1,7 +1,7 @@
 """The two OTLP exporters the ``otlp`` choice turns on: metrics, and GPU events as logs.
 
 Both read :class:`~otel_gpu.export.otlp.transport.OtlpSettings` and send to the
-same place over the same transport. The SDK's exporters (and its logs module,
+same place over the same transport. The exporters (and the SDK's logs module,
 which reads variables at import time) are imported only once an exporter is
 used, after :mod:`otel_gpu.export.sdk_env` has checked those variables.
 """

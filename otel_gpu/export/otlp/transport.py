@@ -5,9 +5,9 @@ One :class:`OtlpSettings` (the ``otlp_*`` settings) and the process's
 :class:`Transport`: protocol, endpoint, headers, TLS files, compression and
 timeout, each checked here at start-up (a bad one is an
 :class:`OtlpSetupError` naming the setting or variable), and the keyword
-arguments the SDK's gRPC or HTTP exporter of that signal takes. What is not
-set is left to the SDK exporter, which reads the same variables; settings win
-over variables.
+arguments the SDK's gRPC or HTTP log exporter takes. What is not set is left to
+the exporter (the SDK's for logs, :mod:`otel_gpu.export.otlp.client` for
+metrics), which reads the same variables; settings win over variables.
 """
 
 from __future__ import annotations
@@ -348,7 +348,7 @@ class Transport:
     signal's variables."""
 
     def grpc_arguments(self) -> dict[str, Any]:
-        """Keyword arguments of the SDK's gRPC exporters (metrics and logs alike)."""
+        """Keyword arguments of the SDK's gRPC log exporter."""
         import grpc
 
         settings = self.settings
@@ -368,7 +368,7 @@ class Transport:
                 "timeout": settings.timeout, "compression": compression}
 
     def http_arguments(self) -> dict[str, Any]:
-        """Keyword arguments of the SDK's HTTP exporters (metrics and logs alike)."""
+        """Keyword arguments of the SDK's HTTP log exporter."""
         from opentelemetry.exporter.otlp.proto.http import Compression
 
         settings = self.settings
