@@ -5,7 +5,6 @@ the collector should do about one depends only on the code: a value the
 device cannot give is omitted, a device that is gone is marked failed, and
 anything else is retried on the next sample. :func:`classify` is that
 decision, and :class:`Nvml` applies it so no caller ever sees an exception
-from otel_gpu import nvml_abi as abi
 from the driver.
 
 A function, structure or constant the installed nvidia-ml-py lacks (an older release)
@@ -14,7 +13,8 @@ and the other reads go on.
 
 Anything else the binding raises is never a success either: an ``NVMLError``
 whose code is ``NVML_SUCCESS`` (pynvml's answer to a driver that returns
-SUCCESS to a size query with a NULL buffer), a ``TypeError`` or ``ValueError``
+SUCCESS to a size query with a NULL buffer; for a list, :meth:`Nvml.call_list`
+reads that as NVML means it: an empty list), a ``TypeError`` or ``ValueError``
 from a malformed answer. Such a call is :attr:`Outcome.BROKEN`: its value is
 absent, and the reader's failure is counted (:mod:`~otel_gpu.sample.containment`).
 """
@@ -256,3 +256,17 @@ class Nvml:
             return Result(None, Outcome.BROKEN, 0, f"{type(exc).__name__}: {exc}", exc)
         finally:
             _active.nvml = outer
+
+    def call_list(self, func: Callable[..., Any], *args: Any) -> Result:
+        """:meth:`call` for a pynvml list function: an empty list where the driver said none.
+
+        NVML answers a list's size query with SUCCESS and a count of 0 when there is
+        nothing to list (NVIDIA's own mock library does so for a GPU without processes);
+        some pynvml list functions raise ``NVMLError`` with code SUCCESS on that answer,
+        which is no surprise but an empty list. Anything else stays as :meth:`call` says.
+        """
+        res = self.call(func, *args)
+        if (res.outcome is Outcome.BROKEN and isinstance(res.error, self.module.NVMLError)
+                and getattr(res.error, "value", None) == abi.NVML_SUCCESS):
+            return Result([])
+        return res

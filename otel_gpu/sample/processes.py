@@ -48,7 +48,7 @@ class ProcessReads:
         if COMPUTE_PROCESSES.name in t.reads.unsupported:
             return None
         with worker.doing("compute processes"):
-            res = self._nvml.call(self._m.nvmlDeviceGetComputeRunningProcesses, t.handle)
+            res = self._nvml.call_list(self._m.nvmlDeviceGetComputeRunningProcesses, t.handle)
         if not res.ok:
             return self._outcomes.act(t, COMPUTE_PROCESSES.name, res, unsupported)
         values[PROCESSES.key] = len(res.value)
@@ -88,9 +88,9 @@ class ProcessReads:
             if func is None or what in t.reads.unsupported:
                 continue
             with worker.doing(what):
-                res = self._nvml.call(func, t.handle, t.procs.seen)
-            if res.code == abi.NVML_ERROR_NOT_FOUND:
-                return {}, None  # no process was busy since the last read
+                res = self._nvml.call_list(func, t.handle, t.procs.seen)
+            if res.code == abi.NVML_ERROR_NOT_FOUND or (res.ok and not res.value):
+                return {}, None  # no process was busy since the last read (or none runs)
             if not res.ok:
                 failure = self._outcomes.act(t, what, res, unsupported)
                 if failure is not None or what not in t.reads.unsupported:

@@ -8,6 +8,7 @@ import pytest
 
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import Sampler
+from otel_gpu.sim.driver.shapes import Signature, parse_shape
 from otel_gpu.snapshot import OK, ProcessUsage
 from tests.support.nvml import SOURCES
 from tests.support.omitted import reasons
@@ -156,3 +157,52 @@ devices:
     (gpu,) = s.sample().devices
     assert gpu.state == "failed" and gpu.processes is None
     assert "nvmlDeviceGetProcessesUtilizationInfo" in gpu.error
+
+
+def _list_symbols(lib) -> list[str]:
+    """The list calls (a count and a buffer) a sample with process usage on makes: found by
+    the answer shapes' signatures, not written down."""
+    return sorted(name for name, args in lib.record_signatures.items()
+                  if Signature.of(args).is_list)
+
+
+def test_an_idle_gpu_whose_driver_says_none_with_success_is_idle_not_broken(sampler, caplog):
+    """NVIDIA's mock library answers the size query of a GPU without processes with SUCCESS
+    and a count of 0; pynvml raises on it for some list calls: that is an empty list."""
+    lib, s = sampler("devices:\n  - name: NVIDIA H100 80GB HBM3\n    processes: []\n")
+    lib.record_signatures = {}
+    s.sample()
+    lists = _list_symbols(lib)
+    assert {"nvmlDeviceGetComputeRunningProcesses_v3",
+            "nvmlDeviceGetProcessesUtilizationInfo"} <= set(lists)
+    for symbol in [*lists, "nvmlDeviceGetProcessUtilization"]:
+        lib.answer_shape(symbol, parse_shape("entries:0"))
+    with caplog.at_level(logging.INFO):
+        snaps = [s.sample() for _ in range(3)]
+    for snap in snaps:
+        assert not any(snap.reader_failures.values()), dict(snap.reader_failures)
+        assert not snap.errors, snap.errors
+        (gpu,) = snap.devices
+        assert gpu.state == OK and gpu.processes == () and gpu.process_utilization
+    assert "failed" not in caplog.text
+
+
+def test_the_older_utilization_call_saying_none_with_success_is_idle(sampler):
+    lib, s = sampler("devices:\n  - name: NVIDIA T4\n    processes: [{pid: 7, used_memory: 5}]\n")
+    lib.answer_shape("nvmlDeviceGetProcessesUtilizationInfo", parse_shape(
+        "returns:FUNCTION_NOT_FOUND"))
+    lib.answer_shape("nvmlDeviceGetProcessUtilization", parse_shape("entries:0"))
+    for _ in range(2):
+        snap = s.sample()
+        assert not any(snap.reader_failures.values()), dict(snap.reader_failures)
+        (gpu,) = snap.devices
+        assert gpu.processes == (ProcessUsage(7, 5, 0.0, 0.0, 0.0, 0.0),)
+    assert lib.calls["nvmlDeviceGetProcessUtilization"] >= 2
+
+
+@pytest.mark.reader_failures
+def test_a_list_answering_a_real_surprise_is_still_counted(sampler):
+    lib, s = sampler("devices:\n  - name: NVIDIA T4\n    processes: [{pid: 7, used_memory: 5}]\n")
+    lib.answer_shape("nvmlDeviceGetComputeRunningProcesses_v3", parse_shape("entries:over"))
+    snap = s.sample()
+    assert snap.reader_failures["processes"] == 1  # a count past the buffer: not "none"
