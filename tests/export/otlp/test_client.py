@@ -66,34 +66,37 @@ def test_server_delays():
     assert _retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
 
 
-class _Script:
+def _script(*answers: Attempt):
     """A sender answering from a list, recording what it was given."""
 
-    def __init__(self, *answers: Attempt) -> None:
-        self.answers, self.sent, self.reconnects, self.closed = list(answers), [], 0, False
+    class Script:
+        def __init__(self, *answers: Attempt) -> None:
+            self.answers, self.sent, self.reconnects, self.closed = list(answers), [], 0, False
 
-    def prepare(self, body: bytes) -> bytes:
-        return b"<" + body + b">"
+        def prepare(self, body: bytes) -> bytes:
+            return b"<" + body + b">"
 
-    def send(self, body: bytes, timeout_s: float) -> Attempt:
-        self.sent.append((body, timeout_s))
-        return self.answers.pop(0)
+        def send(self, body: bytes, timeout_s: float) -> Attempt:
+            self.sent.append((body, timeout_s))
+            return self.answers.pop(0)
 
-    def reconnect(self) -> None:
-        self.reconnects += 1
+        def reconnect(self) -> None:
+            self.reconnects += 1
 
-    def close(self) -> None:
-        self.closed = True
+        def close(self) -> None:
+            self.closed = True
+
+    return Script(*answers)
 
 
-def _exporter(sender: _Script, timeout_s: float = 5.0) -> OtlpMetricExporter:
+def _exporter(sender, timeout_s: float = 5.0) -> OtlpMetricExporter:
     where = _target(OtlpSettings(endpoint="http://c:4317", protocol="grpc",
                                  timeout=timeout_s), {})
     return OtlpMetricExporter(where, temporality(None, {}), sender=sender)
 
 
 def test_transient_failures_are_retried_after_the_servers_delay():
-    sender = _Script(Attempt(False, "UNAVAILABLE: down", True, 0.01, reconnect=True),
+    sender = _script(Attempt(False, "UNAVAILABLE: down", True, 0.01, reconnect=True),
                      Attempt(False, "UNAVAILABLE: down", True, 0.01, reconnect=True),
                      Attempt(True))
     body = data(gauge("g", [point(1.0)]))
@@ -103,16 +106,16 @@ def test_transient_failures_are_retried_after_the_servers_delay():
 
 
 def test_a_permanent_failure_or_a_delay_past_the_deadline_is_not_retried(caplog):
-    sender = _Script(Attempt(False, "INVALID_ARGUMENT: no", False))
+    sender = _script(Attempt(False, "INVALID_ARGUMENT: no", False))
     assert _exporter(sender).export(data()) is MetricExportResult.FAILURE
     assert len(sender.sent) == 1 and "Failed to export metrics to" in caplog.text
-    late = _Script(Attempt(False, "UNAVAILABLE: down", True, 60.0))
+    late = _script(Attempt(False, "UNAVAILABLE: down", True, 60.0))
     assert _exporter(late, timeout_s=1.0).export(data()) is MetricExportResult.FAILURE
     assert len(late.sent) == 1
 
 
 def test_the_export_timeout_bounds_the_deadline_and_shutdown_stops_it():
-    sender = _Script(Attempt(True))
+    sender = _script(Attempt(True))
     exporter = _exporter(sender)
     exporter.export(data(), timeout_millis=500)
     assert sender.sent[0][1] <= 0.5
