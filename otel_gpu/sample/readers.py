@@ -271,7 +271,11 @@ def _fabric_info(m: ModuleType, handle: Any) -> Any:
                 break
             raise
         return info
-    info = m.c_nvmlGpuFabricInfo_t()
+    first = m.c_nvmlGpuFabricInfo_t
+    if "cliqueId" not in dict(first._fields_):  # nvidia-ml-py 12.535 laid it out otherwise
+        raise AttributeError("c_nvmlGpuFabricInfo_t as nvml.h lays it out",
+                             name="c_nvmlGpuFabricInfo_t as nvml.h lays it out", obj=m)
+    info = first()
     m.nvmlDeviceGetGpuFabricInfo(handle, byref(info))
     return info
 
