@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the container image with the README's commands (the offline recipe: the
-# wheels stage exported, then the build from those wheels) and runs it (tests/image/):
+# wheels stage exported, then the build from those wheels), both from
+# deploy/image/requirements.lock, checks that the image holds exactly the lock's
+# versions, and runs it (tests/image/):
 # installs Debian's buildah and mmdebstrap with apt-get when missing, then runs
 # pytest -m image. Needs root (buildah with the vfs driver and chroot isolation),
 # Debian's package mirror, PyPI, and the virtual environment scripts/test.sh makes. Usage:

@@ -10,7 +10,8 @@ site's own base image would, so pip in the build reaches PyPI the way the host
 does. Then the README's image commands run as written, each ``docker build``
 carried out by ``buildah bud`` with ``BASE`` set to that image (the README asks
 for the same BASE in each): the wheels stage exported to ``dist/wheels``, and
-the build from those wheels alone. ``buildah run`` then starts
+the build from those wheels alone, both from deploy/image/requirements.lock. The
+packages in the image are then read and held to the lock's. ``buildah run`` then starts
 ``otel-gpu --simulate h100x8`` in the image, on the host's network, and
 ``/metrics`` is read from the host.
 
@@ -32,10 +33,12 @@ import time
 from pathlib import Path
 
 import pytest
+from packaging.markers import Marker
+from packaging.utils import canonicalize_name
 
 from otel_gpu import __version__
 from tests.image.buildah import Buildah
-from tests.image.recipe import ROOT, readme_commands
+from tests.image.recipe import ROOT, lock_reader, readme_commands
 from tests.support.exposition import series
 from tests.support.process import http_get, wait_until
 
@@ -153,6 +156,43 @@ def test_the_image_runs_as_non_root_with_otel_gpu_as_entrypoint_and_no_compiler(
         assert buildah(*run, "sh", "-c", "command -v pip pip3; true") == ""
     finally:
         buildah("rm", container)
+
+
+# Run by the image's own Python: its packages, and the values markers are evaluated with
+# (packaging's default_environment, which the image does not have).
+_INSTALLED = """
+import importlib.metadata, json, os, platform, sys
+print(json.dumps({
+    "installed": {d.metadata["Name"]: d.version for d in importlib.metadata.distributions()},
+    "environment": {
+        "implementation_name": sys.implementation.name,
+        "implementation_version": platform.python_version(),
+        "os_name": os.name, "platform_machine": platform.machine(),
+        "platform_release": platform.release(), "platform_system": platform.system(),
+        "platform_version": platform.version(),
+        "python_full_version": platform.python_version(),
+        "platform_python_implementation": platform.python_implementation(),
+        "python_version": ".".join(platform.python_version_tuple()[:2]),
+        "sys_platform": sys.platform}}))
+"""
+
+
+def test_the_image_holds_exactly_the_locks_versions_and_otel_gpu(built):
+    buildah, image, _ = built
+    container = buildah("from", image)
+    try:
+        found = json.loads(buildah("run", "--isolation", "chroot", container, "--",
+                                   "/opt/otel-gpu/bin/python", "-c", _INSTALLED))
+    finally:
+        buildah("rm", container)
+    environment = found["environment"]
+    expected = {canonicalize_name(pin.name): pin.version
+                for pin in lock_reader().read_lock()
+                if not pin.marker or Marker(pin.marker).evaluate(environment)}
+    expected["otel-gpu"] = __version__
+    installed = {canonicalize_name(name): version
+                 for name, version in found["installed"].items()}
+    assert installed == expected  # pip and setuptools gone, nothing resolved anew
 
 
 def test_the_image_serves_metrics_from_the_simulator(built):
