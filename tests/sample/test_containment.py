@@ -52,8 +52,9 @@ def sampler(fake_nvml):
         s.close()
 
 
-@pytest.mark.reader_failures
-def test_success_without_a_buffer_publishes_every_gpu(sampler, caplog):
+def test_success_without_a_buffer_is_an_idle_gpu_not_a_failure(sampler, caplog):
+    """NVIDIA's mock library answers the utilization size query with SUCCESS and a count
+    of 0: NVML's "none", so the process is idle, and nothing failed."""
     s = sampler(TWO_GPUS, SuccessWithoutBuffer, process_usage=True)
     with caplog.at_level(logging.INFO):
         for _ in range(3):
@@ -62,18 +63,12 @@ def test_success_without_a_buffer_publishes_every_gpu(sampler, caplog):
     for gpu, temp in zip(snap.devices, (51, 44), strict=True):
         assert gpu.readable
         assert gpu.values["temp.gpu"] == temp  # the device's other values are there
-        assert gpu.processes is not None and len(gpu.processes) == 1  # memory, not shares
-        assert not gpu.process_utilization  # the shares the call did not give are absent
-        assert all(p.sm is None for p in gpu.processes)
-    counted = {k: v for k, v in snap.reader_failures.items() if v}
-    assert set(counted) <= {"nvmlDeviceGetProcessesUtilizationInfo",
-                            "nvmlDeviceGetProcessUtilization"}
-    assert sum(counted.values()) >= 6  # each GPU, each sample
-    assert any(containment.WHAT_HAPPENED in p for p in snap.errors)
-    assert not [r for r in caplog.records if r.exc_info and r.levelno >= logging.INFO]
-    lines = [r for r in caplog.records if hasattr(r, containment.MARK)]
-    assert len(lines) == 2  # one per device and reader within five minutes
-    assert all("GPU" in r.getMessage() and "SUCCESS" in r.getMessage() for r in lines)
+        assert gpu.processes is not None and len(gpu.processes) == 1
+        assert gpu.process_utilization  # read: no sample, so idle
+        assert all(p.sm == 0.0 for p in gpu.processes)
+    assert not any(snap.reader_failures.values()), dict(snap.reader_failures)
+    assert not snap.errors, snap.errors
+    assert not [r for r in caplog.records if hasattr(r, containment.MARK)]
 
 
 def test_an_nvml_error_of_code_zero_is_never_a_value(fake_nvml):
