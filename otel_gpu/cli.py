@@ -39,6 +39,7 @@ EXIT_OK, EXIT_NO_GPU, EXIT_USAGE = 0, 1, 2
 EXIT_BROKEN_PIPE = 128 + int(signal.SIGPIPE)
 """141: what a shell reports for a tool that SIGPIPE stopped."""
 STOP_DEADLINE_S = 5.0
+"""A stop signal ends the process within this, whatever holds it (README: 5 seconds)."""
 FIRST_SAMPLE_WAIT_S = 30.0
 """At most this long without cycle collection at start-up, waiting for the first sample."""
 
@@ -266,6 +267,7 @@ def serve(config: Config) -> int:
     gc.enable()
     while not stop.wait(3600):
         pass
+    _exit_by(STOP_DEADLINE_S - 0.6, EXIT_OK)  # the stacks' 0.5 s fit inside the bound
     finished = threading.Event()
 
     def stop_service() -> None:
@@ -273,9 +275,36 @@ def serve(config: Config) -> int:
         finished.set()
 
     threading.Thread(target=stop_service, daemon=True).start()
-    if not finished.wait(STOP_DEADLINE_S - 0.5):
+    if not finished.wait(STOP_DEADLINE_S - 1.0):
         log.warning("shutdown did not finish in time; exiting anyway")
     return EXIT_OK
+
+
+def _exit_by(seconds: float, code: int) -> None:
+    """End the process ``seconds`` from now if nothing else has: the bound on a stop.
+
+    The service's own stop is bounded, but what runs after ``serve`` returns is not ours:
+    a library's exit handler, a thread that is not a daemon, a log write into a full pipe.
+    A pod that does not stop holds its node's rollout, so past the bound the thread
+    stacks go to stderr (what held it, for the report) and the process ends without
+    waiting for them.
+    """
+    def say() -> None:
+        import faulthandler
+
+        with contextlib.suppress(Exception):
+            log.warning("the process did not end within %.0f s of the stop signal; "
+                        "ending it now (thread stacks follow)", seconds)
+            faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+
+    def watch() -> None:
+        time.sleep(seconds)
+        saying = threading.Thread(target=say, daemon=True)
+        saying.start()
+        saying.join(0.5)  # a stderr that does not drain holds the stacks, not the exit
+        os._exit(code)
+
+    threading.Thread(target=watch, daemon=True, name="otel-gpu-exit-deadline").start()
 
 
 def check(config: Config, fmt: str = "text") -> int:

@@ -59,3 +59,32 @@ def test_sigterm_with_everything_hung_ends_within_the_bound(collector, tmp_path,
                "the hung read to be reported")
     code, took = proc.stop(timeout=3 * BOUND_S)
     assert code == 0 and took < BOUND_S, (code, took, proc.log[-3000:])
+
+
+HOLDS = {
+    "exit handler": "atexit.register(hold_the_exit)",
+    "thread that is not a daemon": "threading.Thread(target=hold_the_exit, daemon=False).start()",
+}
+
+
+@pytest.mark.slow  # waits out the bound
+@pytest.mark.parametrize("hold", sorted(HOLDS))
+def test_what_holds_the_interpreter_after_the_stop_cannot_hold_the_pod(collector, tmp_path,
+                                                                       hold):
+    """The service's stop is bounded, but what runs after it (a library's exit handler, a
+    thread that is not a daemon) is not ours: the process still ends within the bound, and
+    its stacks name what held it."""
+    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent(f"""
+        import atexit, threading
+
+        def hold_the_exit():
+            threading.Event().wait()
+
+        {HOLDS[hold]}
+    """))
+    proc = collector("--simulate", "h100x8", env={"PYTHONPATH": str(tmp_path)})
+    proc.wait_sample(1)
+    code, took = proc.stop(timeout=3 * BOUND_S)
+    assert code == 0 and took < BOUND_S, (code, took, proc.log[-3000:])
+    assert "did not end within 4 s of the stop signal" in proc.log
+    assert "hold_the_exit" in proc.log  # the stacks name the holder
