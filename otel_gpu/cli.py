@@ -244,6 +244,9 @@ def serve(config: Config) -> int:
 
     def on_signal(signum: int, _frame: object) -> None:
         log.info("received %s, stopping", signal.Signals(signum).name)
+        if not stop.is_set():  # here, not after the wait: a main thread still starting
+            # (or blocked in a call Python retries after the handler) never gets there
+            _exit_by(STOP_DEADLINE_S - 0.6, EXIT_OK)  # the stacks' 0.5 s fit in the bound
         stop.set()
 
     with _starting() as starting:  # its INFO lines once the listeners are up, or never
@@ -267,7 +270,6 @@ def serve(config: Config) -> int:
     gc.enable()
     while not stop.wait(3600):
         pass
-    _exit_by(STOP_DEADLINE_S - 0.6, EXIT_OK)  # the stacks' 0.5 s fit inside the bound
     finished = threading.Event()
 
     def stop_service() -> None:

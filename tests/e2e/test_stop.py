@@ -88,3 +88,28 @@ def test_what_holds_the_interpreter_after_the_stop_cannot_hold_the_pod(collector
     assert code == 0 and took < BOUND_S, (code, took, proc.log[-3000:])
     assert "did not end within 4 s of the stop signal" in proc.log
     assert "hold_the_exit" in proc.log  # the stacks name the holder
+
+
+@pytest.mark.slow  # waits out the bound
+def test_a_signal_while_the_service_is_still_starting_ends_it_within_the_bound(collector,
+                                                                              tmp_path):
+    """A main thread that never leaves start-up (Python retries a blocked call after the
+    handler ran) never reaches the stop: the bound starts in the handler itself."""
+    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent("""
+        import threading
+        import otel_gpu.wiring
+
+        started = otel_gpu.wiring.Service.start
+
+        def hold_the_exit(self):
+            started(self)
+            print("holding the start", flush=True)
+            threading.Event().wait()
+
+        otel_gpu.wiring.Service.start = hold_the_exit
+    """))
+    proc = collector("--simulate", "h100x8", env={"PYTHONPATH": str(tmp_path)}, wait=False)
+    wait_until(lambda: "holding the start" in proc.log, 20, "the start to be held")
+    code, took = proc.stop(timeout=3 * BOUND_S)
+    assert code == 0 and took < BOUND_S, (code, took, proc.log[-3000:])
+    assert "hold_the_exit" in proc.log
