@@ -4,8 +4,9 @@
 # direct and transitive, pinned with == and the sha256 of every wheel and sdist PyPI holds
 # for that version, so one file serves each Python from 3.11 on and each platform
 # (linux x86_64 and aarch64 among them). Resolved by uv (`uv pip compile --universal`),
-# installed into a throwaway virtual environment: pip's own `pip lock` resolves for the
-# running interpreter and platform alone, and pip cannot install from its output.
+# installed into a throwaway virtual environment: pip's own `pip lock` (experimental)
+# locks for the running interpreter and platform alone, and the pip of older bases
+# cannot read its pylock.toml.
 #
 # Usage: scripts/lock-image.sh            refresh the lock to what PyPI has now
 #        scripts/lock-image.sh --check    exit 1 if a refresh would change it
