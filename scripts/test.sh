@@ -14,7 +14,8 @@ if ! command -v promtool >/dev/null 2>&1; then
 fi
 
 # DEPS picks the versions the suite runs with, each in a virtual environment of its own:
-#   (unset)  whatever pip resolves for pyproject.toml, in .venv (the everyday run)
+#   (unset)  the versions the image holds (deploy/image/requirements.lock), in .venv: the
+#            everyday run, the same set next month
 #   lowest   every runtime dependency at the lower bound pyproject.toml declares (the
 #            constraints are generated from it), on the lowest Python it declares
 #   newest   every runtime dependency at the newest release its range allows, upgraded
@@ -34,7 +35,8 @@ fi
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
 case "$DEPS" in
   "")
-    "$VENV/bin/python" -m pip install -q -e '.[test,proto]' ;;
+    "$PY" scripts/lock_constraints.py > "$VENV/constraints.txt"
+    "$VENV/bin/python" -m pip install -q -c "$VENV/constraints.txt" -e '.[test,proto]' ;;
   lowest)
     "$VENV/bin/python" scripts/dependency_bounds.py lowest > "$VENV/constraints.txt"
     "$VENV/bin/python" -m pip install -q -c "$VENV/constraints.txt" -e '.[test]'
