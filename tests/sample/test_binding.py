@@ -4,31 +4,14 @@ with this nvidia-ml-py", said once, never raised and never counted as failures."
 from __future__ import annotations
 
 import logging
-import types
-from typing import Any
 
-import pynvml
 import yaml
 
 from otel_gpu.cli import check_report
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import Sampler
 from otel_gpu.sim.scenario import PROFILES_DIR
-from tests.support.nvml import SOURCES
-
-
-class OlderBinding(types.ModuleType):
-    """pynvml as an older release has it: without the names in ``lacks``."""
-
-    def __init__(self, lacks: set[str]) -> None:
-        super().__init__("pynvml")
-        self._lacks = lacks
-
-    def __getattr__(self, name: str) -> Any:
-        if name in self.__dict__.get("_lacks", ()):
-            raise AttributeError(f"module 'pynvml' has no attribute {name!r}", name=name,
-                                 obj=self)
-        return getattr(pynvml, name)
+from tests.support.nvml import SOURCES, OlderBinding
 
 
 def _sampler(fake_nvml, lacks: set[str]) -> Sampler:

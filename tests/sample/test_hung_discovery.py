@@ -10,9 +10,11 @@ import pytest
 
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import Sampler, unknown_uuid
-from otel_gpu.snapshot import Snapshot
-from tests.support.nvml import SOURCES
+from tests.support.nvml import SOURCES, sample_within
 from tests.support.process import wait_until
+
+A_GPU = "a hung GPU"
+"""What a sample must not wait on."""
 
 HUNG = "GPU-00000000-0000-0000-0000-000000000002"
 
@@ -53,22 +55,13 @@ def hanging(fake_nvml) -> Iterator:
             sampler.close()
 
 
-def _sample(sampler: Sampler) -> Snapshot:
-    """One sample, which must finish within a few seconds whatever hangs."""
-    out: list[Snapshot] = []
-    thread = threading.Thread(target=lambda: out.append(sampler.sample()), daemon=True)
-    thread.start()
-    thread.join(5.0)
-    assert not thread.is_alive(), "a sample waited on a hung GPU"
-    return out[0]
-
 
 @pytest.mark.parametrize("function", ["nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetUUID",
                                       "nvmlDeviceGetMigMode", "nvmlDeviceRegisterEvents"])
 def test_a_gpu_hanging_at_start_up_is_reported_hung_by_index(hanging, function, caplog):
     caplog.set_level(logging.INFO, logger="otel_gpu")
     sampler = hanging(f"slow: [{{function: {function}, seconds: 1}}]")
-    snaps = [_sample(sampler) for _ in range(3)]
+    snaps = [sample_within(sampler, 5.0, A_GPU) for _ in range(3)]
     for snap in snaps:
         assert [d.device.index for d in snap.devices] == [0, 1, 2]
         good = [snap.devices[0], snap.devices[2]]
@@ -87,11 +80,11 @@ def test_a_gpu_hanging_at_start_up_is_reported_hung_by_index(hanging, function, 
 
 def test_a_gpu_hanging_at_start_up_is_discovered_once_it_answers(hanging):
     sampler = hanging("slow: [{function: nvmlDeviceGetUUID, seconds: 1}]")
-    snap = _sample(sampler)
+    snap = sample_within(sampler, 5.0, A_GPU)
     assert snap.devices[1].device.uuid == unknown_uuid(1) and snap.devices[1].hung
     hanging.release.set()
     wait_until(lambda: not sampler.busy(), 10, "the hung call to return")
-    snap = _sample(sampler)
+    snap = sample_within(sampler, 5.0, A_GPU)
     assert snap.devices[1].device.uuid == HUNG and snap.devices[1].hung is None
     assert snap.devices[1].values["memory.total"] == 1000
     assert 79 in snap.devices[1].xid_counts  # registered for XID events once discovered
@@ -101,9 +94,10 @@ def test_a_gpu_hanging_in_rediscovery_keeps_its_identity_and_stalls_only_itself(
     # Sample 3 is the first periodic rediscovery: GPU 1's MIG mode query hangs there.
     sampler = hanging("slow: [{function: nvmlDeviceGetMigMode, seconds: 1, after: 2}]",
                       rediscover_every=2)
-    before = [_sample(sampler) for _ in range(2)]
+    before = [sample_within(sampler, 5.0, A_GPU) for _ in range(2)]
     assert all(d.hung is None for s in before for d in s.devices)
-    snaps = [_sample(sampler) for _ in range(4)]  # rediscoveries at samples 3 and 5
+    # rediscoveries at samples 3 and 5
+    snaps = [sample_within(sampler, 5.0, A_GPU) for _ in range(4)]
     for snap in snaps:
         assert [d.device.uuid for d in snap.devices] == [d.device.uuid
                                                          for d in before[0].devices]

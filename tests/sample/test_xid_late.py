@@ -7,7 +7,6 @@ them, and a wait that never returns must still hold no GPU.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 
 import pytest
@@ -15,9 +14,11 @@ import pytest
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import Sampler
 from otel_gpu.sim.driver.shapes import Hang
-from otel_gpu.snapshot import Snapshot
-from tests.support.nvml import SOURCES
+from tests.support.nvml import SOURCES, sample_within
 from tests.support.process import wait_until
+
+THE_WAIT = "the hung event wait"
+"""What a sample must not wait on."""
 
 XIDS = ", ".join(["{sample: 1, code: 79}"] * 5 + ["{sample: 1, code: 48}"])
 SCENARIO = f"""
@@ -49,19 +50,10 @@ def late(fake_nvml) -> Iterator[tuple[Sampler, Hang]]:
         sampler.close()
 
 
-def _sample(sampler: Sampler) -> Snapshot:
-    """One sample, which must finish within a few seconds whatever hangs."""
-    out: list[Snapshot] = []
-    thread = threading.Thread(target=lambda: out.append(sampler.sample()), daemon=True)
-    thread.start()
-    thread.join(5.0)
-    assert not thread.is_alive(), "a sample waited on the hung event wait"
-    return out[0]
-
 
 def test_a_drain_finishing_after_the_deadline_is_counted_by_the_next_sample(late, caplog):
     sampler, hang = late
-    first = _sample(sampler)
+    first = sample_within(sampler, 5.0, THE_WAIT)
     assert hang.entered.is_set()
     # the wait hangs: no GPU waits on it, the node's call is named among the problems
     assert all(d.hung is None and d.values for d in first.devices), first.devices
@@ -70,13 +62,13 @@ def test_a_drain_finishing_after_the_deadline_is_counted_by_the_next_sample(late
     lines = [r.getMessage() for r in caplog.records if "has not returned" in r.getMessage()]
     assert len(lines) == 1 and "nvmlEventSetWait" in lines[0], lines
     # while it still hangs, later samples go on and say it once more each, not the log
-    assert any("nvmlEventSetWait" in e for e in _sample(sampler).errors)
+    assert any("nvmlEventSetWait" in e for e in sample_within(sampler, 5.0, THE_WAIT).errors)
     hang.release()
     wait_until(lambda: not sampler.busy(), 10, "the late drain to finish")
-    after = _sample(sampler)
+    after = sample_within(sampler, 5.0, THE_WAIT)
     assert after.devices[0].xid_counts[79] == 5 and after.devices[0].xid_counts[48] == 1
     assert [e.code for e in after.devices[0].xid_events].count(79) == 5
     assert not any("nvmlEventSetWait" in e for e in after.errors)
     # and once only: the late result is not counted again
-    assert _sample(sampler).devices[0].xid_counts[79] == 5
+    assert sample_within(sampler, 5.0, THE_WAIT).devices[0].xid_counts[79] == 5
     assert any("answered again" in r.getMessage() for r in caplog.records)

@@ -11,9 +11,12 @@ Every driver installed in a test is taken away when the test ends.
 from __future__ import annotations
 
 import textwrap
+import threading
 import time
+import types
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pynvml
 
@@ -126,3 +129,28 @@ class RefusingNvml:
 
     def init(self) -> None:
         raise self.error
+
+
+def sample_within(sampler: Any, seconds: float, hung: str) -> Any:
+    """One ``sampler.sample()``, which must finish within ``seconds`` whatever hangs
+    (``hung`` names it in the failure)."""
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(sampler.sample()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"a sample waited on {hung}"
+    return out[0]
+
+
+class OlderBinding(types.ModuleType):
+    """pynvml as an older release has it: without the names in ``lacks``."""
+
+    def __init__(self, lacks: set[str]) -> None:
+        super().__init__("pynvml")
+        self._lacks = lacks
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self.__dict__.get("_lacks", ()):
+            raise AttributeError(f"module 'pynvml' has no attribute {name!r}", name=name,
+                                 obj=self)
+        return getattr(pynvml, name)
