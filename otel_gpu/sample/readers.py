@@ -11,6 +11,7 @@ from types import ModuleType
 from typing import Any
 
 from otel_gpu import nvml_abi as abi
+from otel_gpu import nvml_structs as structs
 
 ReadFunc = Callable[[ModuleType, Any], Mapping[str, float]]
 """``(pynvml module, device handle) -> {source key: raw value}``; may raise NVMLError."""
@@ -253,17 +254,15 @@ def fabric_health(m: ModuleType, mask: int) -> dict[str, float]:
 
 def _fabric_info(m: ModuleType, handle: Any) -> Any:
     """The newest fabric structure the driver fills: v3 (health summary), v2 (health
-    mask), or the first form without a version (R525 drivers)."""
+    mask), or the first form without a version (R525 drivers). The structures are the
+    collector's own (:mod:`otel_gpu.nvml_structs`): the binding forwards the pointer."""
     versioned = getattr(m, "nvmlDeviceGetGpuFabricInfoV", None)
-    # v2 is c_nvmlGpuFabricInfoV_t alone in nvidia-ml-py 12.560, an alias in 13.x
-    structs = [getattr(m, name, None) for name in (
-        "c_nvmlGpuFabricInfo_v3_t", "c_nvmlGpuFabricInfo_v2_t", "c_nvmlGpuFabricInfoV_t")]
-    for struct in dict.fromkeys(s for s in structs if s is not None):
+    for struct in structs.GPU_FABRIC_INFO_VERSIONS.values():
         if versioned is None:
             break  # an nvidia-ml-py before the versioned call: the first form
         info = struct()
         try:
-            m.nvmlDeviceGetGpuFabricInfoV(handle, byref(info))
+            versioned(handle, byref(info))
         except m.NVMLError as exc:
             if getattr(exc, "value", None) == abi.NVML_ERROR_ARGUMENT_VERSION_MISMATCH:
                 continue  # a driver that knows only an older version of the structure
@@ -271,20 +270,16 @@ def _fabric_info(m: ModuleType, handle: Any) -> Any:
                 break
             raise
         return info
-    first = m.c_nvmlGpuFabricInfo_t
-    if "cliqueId" not in dict(first._fields_):  # nvidia-ml-py 12.535 laid it out otherwise
-        raise AttributeError("c_nvmlGpuFabricInfo_t as nvml.h lays it out",
-                             name="c_nvmlGpuFabricInfo_t as nvml.h lays it out", obj=m)
-    info = first()
-    m.nvmlDeviceGetGpuFabricInfo(handle, byref(info))
-    return info
+    first = structs.GpuFabricInfo()
+    m.nvmlDeviceGetGpuFabricInfo(handle, byref(first))
+    return first
 
 
 def _fabric(m: ModuleType, handle: Any) -> dict[str, float]:
     """The GPU's fabric registration and health; nothing for a GPU in no NVLink domain."""
     info = _fabric_info(m, handle)
     state = int(info.state)
-    if state in (abi.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED, _ALL_ONES_32):  # none, or no answer
+    if state in (abi.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED, 0xFF):  # none, or no answer (a byte)
         return {}
     out: dict[str, float] = {"fabric.state": state}
     if 1 <= state <= len(FABRIC_STATES):  # an unknown state: only the raw value, dropped
