@@ -36,6 +36,11 @@ from otel_gpu.sample.workers import DeviceWorker
 log = logging.getLogger(__name__)
 
 _VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+_VALUE_TYPES: tuple[Any, ...] = (ctypes.c_double, ctypes.c_uint, ctypes.c_ulong,
+                                 ctypes.c_ulonglong, ctypes.c_longlong, ctypes.c_int,
+                                 ctypes.c_ushort)
+"""``nvmlValue_t``'s members' C types as nvml.h declares them, by value type: nvidia-ml-py
+before 13.x has no ``usVal`` in its union, so a member is read from the union's bytes."""
 _NOT_AVAILABLE = (None, 0xFFFFFFFF, 2**64 - 1, 2**64 - 1, 2**63 - 1, 2**31 - 1, 0xFFFF)
 """Per value type: all ones in its width (signed: saturated), NVML's "not available"."""
 
@@ -45,7 +50,9 @@ def _field_value(entry: Any) -> float | None:
     so) like any other value that cannot be a reading."""
     kind = int(entry.valueType)
     if 0 <= kind < len(_VALUE_MEMBERS):
-        raw = getattr(entry.value, _VALUE_MEMBERS[kind])
+        raw = getattr(entry.value, _VALUE_MEMBERS[kind], None)
+        if raw is None:  # a member the binding's union lacks: its bytes, as C reads them
+            raw = _VALUE_TYPES[kind].from_buffer_copy(entry.value).value
         return math.nan if raw == _NOT_AVAILABLE[kind] else float(raw)
     return None
 
@@ -70,16 +77,18 @@ def memory_reader(m: Any) -> Callable[[Any, int], Answers] | None:
     pynvml's structures answer every attribute through Python (``__getattribute__``),
     four of them per entry: about 200 calls a sample for an H100's 49 entries. The
     array's bytes are unpacked with the layout ctypes itself gives the structure (the
-    offsets and sizes of its members, checked here), so the answer is the one the
-    attributes give. None where the layout is not one this can read; anything that is
-    not such an array is read by attribute (:func:`by_attribute`).
+    offsets and sizes of its members, checked here) and each value as nvml.h's member
+    type (the binding's, where its union has the member, checked to be the same size),
+    so the answer is the one the attributes give. None where the layout is not one this
+    can read; anything that is not such an array is read by attribute
+    (:func:`by_attribute`).
     """
     entry: Any = getattr(m, "c_nvmlFieldValue_t", None)
     union: Any = getattr(m, "c_nvmlValue_t", None)
     try:
         kind, code, value = entry.valueType, entry.nvmlReturn, entry.value
         members = dict(union._fields_)
-        decoders = [struct.Struct("@" + members[name]._type_) for name in _VALUE_MEMBERS]
+        decoders = [struct.Struct("@" + c_type._type_) for c_type in _VALUE_TYPES]
         size = ctypes.sizeof(entry)
         layout = struct.Struct(f"={kind.offset}xII{value.offset - code.offset - 4}x"
                                f"{value.size}s{size - value.offset - value.size}x")
@@ -87,7 +96,8 @@ def memory_reader(m: Any) -> Callable[[Any, int], Answers] | None:
         return None
     if (kind.size, code.size, code.offset) != (4, 4, kind.offset + 4) \
             or layout.size != size or any(
-                d.size != ctypes.sizeof(members[name]) or d.size > value.size
+                d.size > value.size or (name in members
+                                        and d.size != ctypes.sizeof(members[name]))
                 for d, name in zip(decoders, _VALUE_MEMBERS, strict=True)):
         return None
     readers = [(d.unpack_from, sentinel) for d, sentinel in zip(decoders, _NOT_AVAILABLE,

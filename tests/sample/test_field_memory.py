@@ -102,3 +102,13 @@ def test_a_layout_it_does_not_know_is_read_by_attribute() -> None:
                                 c_nvmlValue_t=pynvml.c_nvmlValue_t)
     assert memory_reader(odd) is None
     assert memory_reader(types.SimpleNamespace()) is None
+
+
+def test_an_unsigned_short_reads_the_same_with_every_binding() -> None:
+    """nvidia-ml-py before 13.x has no ``usVal`` in its union: both ways read the bytes."""
+    array = _entries([(1, 6, SUCCESS, struct.pack("=H", 0x1234) + b"\xee" * 6),
+                      (2, 6, SUCCESS, b"\xff\xff" + b"\0" * 6)])  # all ones: not available
+    read = memory_reader(pynvml)
+    assert read is not None  # the fast path holds with this binding's union too
+    for got in (read(array, SUCCESS), by_attribute(array, SUCCESS)):
+        assert got[0] == (SUCCESS, float(0x1234)) and math.isnan(got[1][1]), got
