@@ -154,10 +154,11 @@ shapes:
 """
 
 
-@pytest.mark.reader_failures
-def test_success_without_a_buffer_publishes_every_gpu(collector, tmp_path):
+def test_success_without_a_buffer_publishes_every_gpu_as_idle(collector, tmp_path):
     """NVIDIA's mock driver answers the per-process utilization size query with SUCCESS and
-    no buffer; with process usage on, every GPU went unpublished before containment."""
+    no buffer, its way of saying "no sample": with process usage on, every GPU went
+    unpublished before containment, then counted a reader failure a sample each. It is an
+    empty list: every GPU published, no failure, no warning."""
     path = _scenario(tmp_path, _NULL_BUFFER.format(pid=202).strip(),
                      _NULL_BUFFER.format(pid=101).strip())
     with open(path, "a") as scenario:
@@ -169,11 +170,10 @@ def test_success_without_a_buffer_publishes_every_gpu(collector, tmp_path):
     assert _power(text, BAD)
     failures = {lab["otel_gpu_reader"]: v
                 for lab, v in series(text, "otel_gpu_reader_failures_total")}
-    assert failures["fields"] == 0 and sum(failures.values()) >= 4
-    lines = [line for line in proc.lines if "reader failed unexpectedly" in line]
-    assert len(lines) == 2 and "SUCCESS" in lines[0]  # one per GPU within five minutes
+    assert failures and not any(failures.values()), failures  # each there, at 0
+    assert not [line for line in proc.lines if "reader failed unexpectedly" in line]
     assert "Traceback" not in proc.log
     code, out, err = run_cli("check", "--simulate", path, "--process-usage", "true",
                              "--pod-attribution", "false", timeout=30)
     assert code == 0, err
-    assert "problem: GPU 0" in out and "reader failed unexpectedly" in out
+    assert "problem:" not in out and "reader failed unexpectedly" not in out, out
