@@ -69,6 +69,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from otel_gpu import nvml_abi as abi
+
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
 POLL = 0.02
@@ -378,15 +380,15 @@ class Readings:
 
         def read() -> Any:
             (value,) = m.nvmlDeviceGetFieldValues(handle, [(field_id, scope)])
-            if value.nvmlReturn != m.NVML_SUCCESS:
+            if value.nvmlReturn != abi.NVML_SUCCESS:
                 raise m.NVMLError(value.nvmlReturn)
             kind = value.valueType
             union = value.value
-            return {m.NVML_VALUE_TYPE_DOUBLE: union.dVal,
-                    m.NVML_VALUE_TYPE_UNSIGNED_INT: union.uiVal,
-                    m.NVML_VALUE_TYPE_UNSIGNED_LONG: union.ulVal,
-                    m.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: union.ullVal,
-                    m.NVML_VALUE_TYPE_SIGNED_LONG_LONG: union.sllVal}.get(kind, union.ullVal)
+            return {abi.NVML_VALUE_TYPE_DOUBLE: union.dVal,
+                    abi.NVML_VALUE_TYPE_UNSIGNED_INT: union.uiVal,
+                    abi.NVML_VALUE_TYPE_UNSIGNED_LONG: union.ulVal,
+                    abi.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: union.ullVal,
+                    abi.NVML_VALUE_TYPE_SIGNED_LONG_LONG: union.sllVal}.get(kind, union.ullVal)
         return read
 
 
@@ -424,13 +426,13 @@ def read_gpu(m: Any, handle: Any) -> dict[str, Any]:
     r.out["util.memory"] = util.memory if util is not None else "ERR:utilization refused"
     t("util.encoder", lambda: m.nvmlDeviceGetEncoderUtilization(handle)[0])
     t("util.decoder", lambda: m.nvmlDeviceGetDecoderUtilization(handle)[0])
-    t("temp.gpu", lambda: m.nvmlDeviceGetTemperature(handle, m.NVML_TEMPERATURE_GPU))
-    t("temp.memory", f(handle, m.NVML_FI_DEV_MEMORY_TEMP))
+    t("temp.gpu", lambda: m.nvmlDeviceGetTemperature(handle, abi.NVML_TEMPERATURE_GPU))
+    t("temp.memory", f(handle, abi.NVML_FI_DEV_MEMORY_TEMP))
     t("power", lambda: m.nvmlDeviceGetPowerUsage(handle))
     t("energy", lambda: m.nvmlDeviceGetTotalEnergyConsumption(handle),
-      f(handle, m.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION))
-    clocks = {"sm": m.NVML_CLOCK_SM, "memory": m.NVML_CLOCK_MEM,
-              "graphics": m.NVML_CLOCK_GRAPHICS, "video": m.NVML_CLOCK_VIDEO}
+      f(handle, abi.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION))
+    clocks = {"sm": abi.NVML_CLOCK_SM, "memory": abi.NVML_CLOCK_MEM,
+              "graphics": abi.NVML_CLOCK_GRAPHICS, "video": abi.NVML_CLOCK_VIDEO}
     for domain, clock in clocks.items():
         t(f"clock.{domain}", lambda c=clock: m.nvmlDeviceGetClockInfo(handle, c))
         t(f"max_clock.{domain}", lambda c=clock: m.nvmlDeviceGetMaxClockInfo(handle, c))
@@ -449,12 +451,14 @@ def read_gpu(m: Any, handle: Any) -> dict[str, Any]:
     t("pcie.width", lambda: m.nvmlDeviceGetCurrPcieLinkWidth(handle))
     t("pcie.max_width", lambda: m.nvmlDeviceGetMaxPcieLinkWidth(handle))
     t("pcie.replays", lambda: m.nvmlDeviceGetPcieReplayCounter(handle),
-      f(handle, m.NVML_FI_DEV_PCIE_REPLAY_COUNTER))
-    rx = t("pcie.rx_bytes", f(handle, m.NVML_FI_DEV_PCIE_COUNT_RX_BYTES))
-    tx = t("pcie.tx_bytes", f(handle, m.NVML_FI_DEV_PCIE_COUNT_TX_BYTES))
+      f(handle, abi.NVML_FI_DEV_PCIE_REPLAY_COUNTER))
+    rx = t("pcie.rx_bytes", f(handle, abi.NVML_FI_DEV_PCIE_COUNT_RX_BYTES))
+    tx = t("pcie.tx_bytes", f(handle, abi.NVML_FI_DEV_PCIE_COUNT_TX_BYTES))
     if rx is None or tx is None:  # the collector samples throughput only then
-        t("pcie.rx_rate", lambda: m.nvmlDeviceGetPcieThroughput(handle, m.NVML_PCIE_UTIL_RX_BYTES))
-        t("pcie.tx_rate", lambda: m.nvmlDeviceGetPcieThroughput(handle, m.NVML_PCIE_UTIL_TX_BYTES))
+        t("pcie.rx_rate",
+          lambda: m.nvmlDeviceGetPcieThroughput(handle, abi.NVML_PCIE_UTIL_RX_BYTES))
+        t("pcie.tx_rate",
+          lambda: m.nvmlDeviceGetPcieThroughput(handle, abi.NVML_PCIE_UTIL_TX_BYTES))
     else:
         r.out["pcie.rx_rate"] = r.out["pcie.tx_rate"] = "ERR:byte counters read instead"
     _nvlink(r, handle)
@@ -463,17 +467,18 @@ def read_gpu(m: Any, handle: Any) -> dict[str, Any]:
     for reason, bit in THROTTLE_BITS.items():
         r.out[f"throttle.{reason}"] = (int(bool(reasons & bit)) if reasons is not None
                                        else r.out["throttle"])
-    fields = (m.NVML_FI_DEV_PERF_POLICY_POWER, m.NVML_FI_DEV_PERF_POLICY_THERMAL,
-              m.NVML_FI_DEV_PERF_POLICY_SYNC_BOOST, m.NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT,
-              m.NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION, m.NVML_FI_DEV_PERF_POLICY_RELIABILITY)
+    fields = (abi.NVML_FI_DEV_PERF_POLICY_POWER, abi.NVML_FI_DEV_PERF_POLICY_THERMAL,
+              abi.NVML_FI_DEV_PERF_POLICY_SYNC_BOOST, abi.NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT,
+              abi.NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION, abi.NVML_FI_DEV_PERF_POLICY_RELIABILITY)
     for number, (policy, field_id) in enumerate(zip(POLICIES, fields, strict=True)):
         t(f"violation.{policy}",
           lambda p=number: m.nvmlDeviceGetViolationStatus(handle, p).violationTime,
           f(handle, field_id))
     t("fan", lambda: m.nvmlDeviceGetFanSpeed(handle))
     rows = t("remap", lambda: m.nvmlDeviceGetRemappedRows(handle))
-    ways = {"cor": m.NVML_FI_DEV_REMAPPED_COR, "unc": m.NVML_FI_DEV_REMAPPED_UNC,
-            "pending": m.NVML_FI_DEV_REMAPPED_PENDING, "failure": m.NVML_FI_DEV_REMAPPED_FAILURE}
+    ways = {"cor": abi.NVML_FI_DEV_REMAPPED_COR, "unc": abi.NVML_FI_DEV_REMAPPED_UNC,
+            "pending": abi.NVML_FI_DEV_REMAPPED_PENDING,
+            "failure": abi.NVML_FI_DEV_REMAPPED_FAILURE}
     for i, (name, field_id) in enumerate(ways.items()):
         if rows is not None:
             r.out[f"remap.{name}"] = int(rows[i])
@@ -486,18 +491,18 @@ def read_gpu(m: Any, handle: Any) -> dict[str, Any]:
         r.out[f"hist.{bucket}"] = (getattr(hist, bucket) if hist is not None
                                    else "ERR:histogram refused")
     causes = {"sbe": (m.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
-                      m.NVML_FI_DEV_RETIRED_SBE),
+                      abi.NVML_FI_DEV_RETIRED_SBE),
               "dbe": (m.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR,
-                      m.NVML_FI_DEV_RETIRED_DBE)}
+                      abi.NVML_FI_DEV_RETIRED_DBE)}
     for name, (cause, field_id) in causes.items():
         t(f"retired.{name}", lambda c=cause: len(m.nvmlDeviceGetRetiredPages(handle, c)),
           f(handle, field_id))
     t("retired.pending", lambda: int(m.nvmlDeviceGetRetiredPagesPendingStatus(handle)),
-      f(handle, m.NVML_FI_DEV_RETIRED_PENDING))
-    ecc_fields = {("corrected", "volatile"): m.NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
-                  ("uncorrected", "volatile"): m.NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
-                  ("corrected", "aggregate"): m.NVML_FI_DEV_ECC_SBE_AGG_TOTAL,
-                  ("uncorrected", "aggregate"): m.NVML_FI_DEV_ECC_DBE_AGG_TOTAL}
+      f(handle, abi.NVML_FI_DEV_RETIRED_PENDING))
+    ecc_fields = {("corrected", "volatile"): abi.NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
+                  ("uncorrected", "volatile"): abi.NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
+                  ("corrected", "aggregate"): abi.NVML_FI_DEV_ECC_SBE_AGG_TOTAL,
+                  ("uncorrected", "aggregate"): abi.NVML_FI_DEV_ECC_DBE_AGG_TOTAL}
     for (error, counter), field_id in ecc_fields.items():
         error_type = (m.NVML_MEMORY_ERROR_TYPE_CORRECTED if error == "corrected"
                       else m.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)
@@ -518,9 +523,9 @@ def read_gpu(m: Any, handle: Any) -> dict[str, Any]:
 def _nvlink(r: Readings, handle: Any) -> None:
     m = r.m
     active, refused = 0, None
-    for link in range(getattr(m, "NVML_NVLINK_MAX_LINKS", 18)):
+    for link in range(abi.NVML_NVLINK_MAX_LINKS):
         try:
-            active += int(m.nvmlDeviceGetNvLinkState(handle, link) == m.NVML_FEATURE_ENABLED)
+            active += int(m.nvmlDeviceGetNvLinkState(handle, link) == abi.NVML_FEATURE_ENABLED)
         except m.NVMLError as exc:
             if link == 0:
                 refused = _nvml_error(exc)
@@ -533,12 +538,12 @@ def _nvlink(r: Readings, handle: Any) -> None:
         return
     r.out["nvlink.links"] = active
     all_links = 0xFFFFFFFF
-    r.take("nvlink.rx", r.field(handle, m.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, all_links))
-    r.take("nvlink.tx", r.field(handle, m.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, all_links))
-    for name, field_id in (("crc_flit", m.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL),
-                           ("crc_data", m.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL),
-                           ("replay", m.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL),
-                           ("recovery", m.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL)):
+    r.take("nvlink.rx", r.field(handle, abi.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, all_links))
+    r.take("nvlink.tx", r.field(handle, abi.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, all_links))
+    for name, field_id in (("crc_flit", abi.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL),
+                           ("crc_data", abi.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL),
+                           ("replay", abi.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL),
+                           ("recovery", abi.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL)):
         r.take(f"nvlink.{name}", r.field(handle, field_id))
 
 
@@ -564,13 +569,13 @@ class Gpm:
 
     def __init__(self, m: Any) -> None:
         self.m = m
-        self.ids = {getattr(m, f"NVML_GPM_METRIC_{name}"): name for name in GPM_METRICS
-                    if hasattr(m, f"NVML_GPM_METRIC_{name}")}
+        self.ids = {getattr(abi, f"NVML_GPM_METRIC_{name}"): name for name in GPM_METRICS
+                    if hasattr(abi, f"NVML_GPM_METRIC_{name}")}
         for prefix, count in GPM_ENGINES.values():
             for i in range(count):
                 name = f"{prefix}_{i}_UTIL"
-                if hasattr(m, f"NVML_GPM_METRIC_{name}"):
-                    self.ids[getattr(m, f"NVML_GPM_METRIC_{name}")] = name
+                if hasattr(abi, f"NVML_GPM_METRIC_{name}"):
+                    self.ids[getattr(abi, f"NVML_GPM_METRIC_{name}")] = name
 
     def supported(self, handle: Any) -> str | None:
         """None when the GPU has GPM, else why not."""
@@ -595,7 +600,7 @@ class Gpm:
             for start in range(0, len(ids), 98):  # NVML_GPM_METRIC_MAX per request
                 chunk = ids[start:start + 98]
                 req = m.c_nvmlGpmMetricsGet_t()
-                req.version = m.NVML_GPM_METRICS_GET_VERSION
+                req.version = abi.NVML_GPM_METRICS_GET_VERSION
                 req.numMetrics = len(chunk)
                 req.sample1, req.sample2 = first, second
                 for i, metric in enumerate(chunk):
@@ -604,7 +609,7 @@ class Gpm:
                 for i, metric in enumerate(chunk):
                     entry = req.metrics[i]
                     answers[self.ids[metric]] = (
-                        entry.value if entry.nvmlReturn == m.NVML_SUCCESS
+                        entry.value if entry.nvmlReturn == abi.NVML_SUCCESS
                         else f"ERR:{m.nvmlErrorString(entry.nvmlReturn)}")
             return self.keys(answers)
         finally:
@@ -801,17 +806,18 @@ def latency(m: Any, h: Any, calls: int, symbols: list[str]) -> dict[str, Any]:
     """p50/p90 in microseconds of ``calls`` calls of each function (the collector's, as
     counted at the library, when ``symbols`` names them)."""
     fields = [(fid, 0) for fid in (
-        m.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, m.NVML_FI_DEV_POWER_AVERAGE,
-        m.NVML_FI_DEV_MEMORY_TEMP, m.NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
-        m.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, m.NVML_FI_DEV_PCIE_REPLAY_COUNTER,
-        m.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, m.NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
-        m.NVML_FI_DEV_ECC_SBE_AGG_TOTAL, m.NVML_FI_DEV_ECC_DBE_AGG_TOTAL,
-        m.NVML_FI_DEV_REMAPPED_COR, m.NVML_FI_DEV_REMAPPED_UNC, m.NVML_FI_DEV_REMAPPED_PENDING,
-        m.NVML_FI_DEV_REMAPPED_FAILURE, m.NVML_FI_DEV_PERF_POLICY_POWER,
-        m.NVML_FI_DEV_PERF_POLICY_THERMAL, m.NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION,
-        m.NVML_FI_DEV_POWER_REQUESTED_LIMIT, m.NVML_FI_DEV_POWER_CURRENT_LIMIT,
-        m.NVML_FI_DEV_POWER_DEFAULT_LIMIT, m.NVML_FI_DEV_POWER_MIN_LIMIT,
-        m.NVML_FI_DEV_POWER_MAX_LIMIT)]
+        abi.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, abi.NVML_FI_DEV_POWER_AVERAGE,
+        abi.NVML_FI_DEV_MEMORY_TEMP, abi.NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
+        abi.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, abi.NVML_FI_DEV_PCIE_REPLAY_COUNTER,
+        abi.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, abi.NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
+        abi.NVML_FI_DEV_ECC_SBE_AGG_TOTAL, abi.NVML_FI_DEV_ECC_DBE_AGG_TOTAL,
+        abi.NVML_FI_DEV_REMAPPED_COR, abi.NVML_FI_DEV_REMAPPED_UNC,
+        abi.NVML_FI_DEV_REMAPPED_PENDING,
+        abi.NVML_FI_DEV_REMAPPED_FAILURE, abi.NVML_FI_DEV_PERF_POLICY_POWER,
+        abi.NVML_FI_DEV_PERF_POLICY_THERMAL, abi.NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION,
+        abi.NVML_FI_DEV_POWER_REQUESTED_LIMIT, abi.NVML_FI_DEV_POWER_CURRENT_LIMIT,
+        abi.NVML_FI_DEV_POWER_DEFAULT_LIMIT, abi.NVML_FI_DEV_POWER_MIN_LIMIT,
+        abi.NVML_FI_DEV_POWER_MAX_LIMIT)]
     table: dict[str, Callable[[], Any]] = {
         "nvmlDeviceGetCount_v2": m.nvmlDeviceGetCount,
         "nvmlDeviceGetHandleByIndex_v2": lambda: m.nvmlDeviceGetHandleByIndex(0),
@@ -826,8 +832,8 @@ def latency(m: Any, h: Any, calls: int, symbols: list[str]) -> dict[str, Any]:
         "nvmlDeviceGetPowerUsage": lambda: m.nvmlDeviceGetPowerUsage(h),
         "nvmlDeviceGetTotalEnergyConsumption": lambda: m.nvmlDeviceGetTotalEnergyConsumption(h),
         "nvmlDeviceGetFieldValues": lambda: m.nvmlDeviceGetFieldValues(h, fields),
-        "nvmlDeviceGetClockInfo": lambda: m.nvmlDeviceGetClockInfo(h, m.NVML_CLOCK_SM),
-        "nvmlDeviceGetMaxClockInfo": lambda: m.nvmlDeviceGetMaxClockInfo(h, m.NVML_CLOCK_SM),
+        "nvmlDeviceGetClockInfo": lambda: m.nvmlDeviceGetClockInfo(h, abi.NVML_CLOCK_SM),
+        "nvmlDeviceGetMaxClockInfo": lambda: m.nvmlDeviceGetMaxClockInfo(h, abi.NVML_CLOCK_SM),
         "nvmlDeviceGetPerformanceState": lambda: m.nvmlDeviceGetPerformanceState(h),
         "nvmlDeviceGetCurrentClocksEventReasons":
             lambda: m.nvmlDeviceGetCurrentClocksEventReasons(h),
@@ -838,7 +844,7 @@ def latency(m: Any, h: Any, calls: int, symbols: list[str]) -> dict[str, Any]:
         "nvmlDeviceGetMaxPcieLinkGeneration": lambda: m.nvmlDeviceGetMaxPcieLinkGeneration(h),
         "nvmlDeviceGetMaxPcieLinkWidth": lambda: m.nvmlDeviceGetMaxPcieLinkWidth(h),
         "nvmlDeviceGetPcieThroughput":
-            lambda: m.nvmlDeviceGetPcieThroughput(h, m.NVML_PCIE_UTIL_TX_BYTES),
+            lambda: m.nvmlDeviceGetPcieThroughput(h, abi.NVML_PCIE_UTIL_TX_BYTES),
         "nvmlDeviceGetRowRemapperHistogram": lambda: m.nvmlDeviceGetRowRemapperHistogram(h),
         "nvmlDeviceGetViolationStatus": lambda: m.nvmlDeviceGetViolationStatus(h, 0),
         "nvmlDeviceGetFanSpeed": lambda: m.nvmlDeviceGetFanSpeed(h),

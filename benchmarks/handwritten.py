@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from otel_gpu import nvml_abi as abi
+
 LABELS = ("gpu", "uuid", "name")
 
 
@@ -58,7 +60,7 @@ class _PerGpu:
         prometheus_client.disable_created_metrics()
         for collector in list(prometheus_client.REGISTRY._collector_to_names):
             prometheus_client.REGISTRY.unregister(collector)  # no process/platform series
-        m = self.nvml = pynvml
+        self.nvml = pynvml
         pynvml.nvmlInit()
         self.util = _gauge("gpu_utilization_ratio", "busy fraction", "engine")
         self.clock = _gauge("gpu_clock_hertz", "clock", "domain")
@@ -66,8 +68,8 @@ class _PerGpu:
         self.pcie = _gauge("gpu_pcie_link", "PCIe link", "what")
         self.procs = _gauge("gpu_processes", "compute processes")
         self.throttle = _gauge("gpu_clock_event_reasons", "clock event reasons bitmask")
-        self.domains = {"sm": m.NVML_CLOCK_SM, "memory": m.NVML_CLOCK_MEM,
-                        "graphics": m.NVML_CLOCK_GRAPHICS, "video": m.NVML_CLOCK_VIDEO}
+        self.domains = {"sm": abi.NVML_CLOCK_SM, "memory": abi.NVML_CLOCK_MEM,
+                        "graphics": abi.NVML_CLOCK_GRAPHICS, "video": abi.NVML_CLOCK_VIDEO}
 
     def _read_common(self, handle: Any, labels: tuple[str, ...]) -> None:
         m = self.nvml
@@ -140,7 +142,7 @@ class Exporter(_PerGpu):
                 self.memory.labels(*labels, "used").set(mem.used)
                 self.memory.labels(*labels, "total").set(mem.total)
             self._read_common(handle, labels)
-            temp = _safe(lambda h=handle: m.nvmlDeviceGetTemperature(h, m.NVML_TEMPERATURE_GPU))
+            temp = _safe(lambda h=handle: m.nvmlDeviceGetTemperature(h, abi.NVML_TEMPERATURE_GPU))
             if temp is not None:
                 self.temp.labels(*labels).set(temp)
             power = _safe(lambda h=handle: m.nvmlDeviceGetPowerUsage(h))
@@ -220,12 +222,12 @@ class SameReads(_PerGpu):
             gpm = [m.nvmlGpmSampleAlloc(), m.nvmlGpmSampleAlloc()]
             self.gpus.append((handle, labels, gpm))
         self.requests = (
-            [(getattr(m, f"NVML_FI_DEV_{name}"), 0) for name in FIELDS]
-            + [(getattr(m, f"NVML_FI_DEV_{name}"), 0xFFFFFFFF) for name in NVLINK_FIELDS]
-            + [(m.NVML_FI_DEV_NVLINK_GET_STATE, link) for link in range(LINKS)])
+            [(getattr(abi, f"NVML_FI_DEV_{name}"), 0) for name in FIELDS]
+            + [(getattr(abi, f"NVML_FI_DEV_{name}"), 0xFFFFFFFF) for name in NVLINK_FIELDS]
+            + [(abi.NVML_FI_DEV_NVLINK_GET_STATE, link) for link in range(LINKS)])
         self.names = ([name.lower() for name in FIELDS + NVLINK_FIELDS]
                       + ["nvlink_state"] * LINKS)
-        self.gpm_ids = [getattr(m, f"NVML_GPM_METRIC_{name}") for name in GPM]
+        self.gpm_ids = [getattr(abi, f"NVML_GPM_METRIC_{name}") for name in GPM]
         self.gpm_names = [name.lower() for name in GPM]
         self.field = {name: Gauge(f"gpu_{name}", name,
                                   (*LABELS, "link") if name == "nvlink_state" else LABELS)
@@ -254,7 +256,7 @@ class SameReads(_PerGpu):
             entries = _safe(lambda h=handle: m.nvmlDeviceGetFieldValues(h, self.requests))
             for (_, scope), name, entry in zip(self.requests, self.names, entries or (),
                                                strict=False):
-                if entry.nvmlReturn == m.NVML_SUCCESS and entry.valueType < len(_VALUE_MEMBERS):
+                if entry.nvmlReturn == abi.NVML_SUCCESS and entry.valueType < len(_VALUE_MEMBERS):
                     value = getattr(entry.value, _VALUE_MEMBERS[entry.valueType])
                     series = (*labels, str(scope)) if name == "nvlink_state" else labels
                     self.field[name].labels(*series).set(value)
@@ -262,7 +264,7 @@ class SameReads(_PerGpu):
             if mem is not None:
                 for state in ("total", "used", "free", "reserved"):
                     self.memory.labels(*labels, state).set(getattr(mem, state))
-            temp = _safe(lambda h=handle: m.nvmlDeviceGetTemperatureV(h, m.NVML_TEMPERATURE_GPU))
+            temp = _safe(lambda h=handle: m.nvmlDeviceGetTemperatureV(h, abi.NVML_TEMPERATURE_GPU))
             if temp is not None:
                 self.temp.labels(*labels).set(temp)
             self._read_common(handle, labels)
@@ -280,7 +282,7 @@ class SameReads(_PerGpu):
         if previous is None:
             return
         request = m.c_nvmlGpmMetricsGet_t()
-        request.version = m.NVML_GPM_METRICS_GET_VERSION
+        request.version = abi.NVML_GPM_METRICS_GET_VERSION
         request.numMetrics = len(self.gpm_ids)
         request.sample1 = previous
         request.sample2 = current
@@ -290,7 +292,7 @@ class SameReads(_PerGpu):
             return
         for i, name in enumerate(self.gpm_names):
             entry = request.metrics[i]
-            if entry.nvmlReturn == m.NVML_SUCCESS:
+            if entry.nvmlReturn == abi.NVML_SUCCESS:
                 self.gpm.labels(*labels, name).set(entry.value)
 
 
