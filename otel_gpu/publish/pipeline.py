@@ -85,7 +85,10 @@ listed after it, so no cycle can form:
 
 OtlpPush's export lock, held by one push at a time (its loop, a flush, the final
 one), is taken before 4 and held over the export; CollectingReader's lock, one
-collection at a time, inside 4 and around 5.
+collection at a time, inside 4 and around 5. DirectCollection's lock, inside
+CollectingReader's (the reader collecting through it, which then takes no lock of
+the SDK's), is held over the instrument callbacks, which read the pinned snapshot
+and take no lock.
 
 Leaf locks, held for a few instructions and never while calling out: the
 cardinality guard's (its pair count), the NVML call counter, the kubelet

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from otel_gpu.export.events import detector as ev
-from otel_gpu.export.naming import ProfileOptions, build_profiles, render_profiles
+from otel_gpu.export.naming import ProfileOptions, build_profiles
 from otel_gpu.export.naming.health import HealthProfile
 from otel_gpu.instrument.telemetry import build_meter_provider, build_resource
 from otel_gpu.sample.library import Nvml
@@ -17,7 +17,7 @@ from otel_gpu.sample.readers import fabric_health
 from otel_gpu.sample.sampler import Sampler
 from otel_gpu.sim.scenario import FABRIC_HEALTHY_MASK, ScenarioError, load_scenario
 from otel_gpu.snapshot import Snapshot
-from tests.support.exposition import new_reader, series
+from tests.support.exposition import new_reader, render_profiles, series
 from tests.support.nvml import SOURCES
 
 GB200 = Path(__file__).resolve().parents[1] / "sim" / "scenarios" / "gb200x4.yaml"

@@ -1,7 +1,8 @@
 """Shared test doubles and helpers, imported as ``tests.support.<module>``.
 
 - ``clock``: a hand-moved monotonic clock.
-- ``exposition``: reading Prometheus text exposition as written; a fixed exposition served.
+- ``exposition``: reading Prometheus text exposition as written; a fixed exposition served;
+  the naming profiles' series written alone.
 - ``process``: the real ``otel-gpu`` process, HTTP reads, polling with a deadline.
 - ``snapshots``: devices, device samples and snapshots built by hand.
 - ``nvml``: the NVML simulator under pynvml, and what its profiles read.

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from otel_gpu.export.collected import CollectingReader
+from otel_gpu.export.naming import Profile
+from otel_gpu.export.naming.exposition import render
+from otel_gpu.export.prometheus.exporter import collect_families
 from otel_gpu.export.prometheus.formats import Style
 from otel_gpu.export.prometheus.text import TextWriter
+from otel_gpu.snapshot import Snapshot
 
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)(?: \d+)?$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -26,6 +30,11 @@ def new_reader() -> tuple[CollectingReader, Callable[[], bytes]]:
     reader = CollectingReader()
     writer = TextWriter(scope_labels=False, target_info=True)
     return reader, lambda: writer.write(reader.collect_now())
+
+
+def render_profiles(profiles: Sequence[Profile], snapshot: Snapshot | None) -> bytes:
+    """The profiles' series alone, as the endpoint writes them after the instruments'."""
+    return render(collect_families(profiles, snapshot)).encode()
 
 
 def parse_samples(text: str) -> list[tuple[str, dict[str, str], float]]:

@@ -1,10 +1,11 @@
 """Naming profiles: the one catalog shown under other exporters' names.
 
-``otel`` is the OpenTelemetry instruments themselves (rendered by the
-OpenTelemetry Prometheus exporter). ``dcgm`` and ``kubelet`` are profiles that
-read the same snapshot and write dcgm-exporter's and the old kubelet's
-series, for dashboards built on those names. The profiles shape the
-Prometheus endpoint only; OTLP always carries the OpenTelemetry names.
+``otel`` is the OpenTelemetry instruments themselves (written as Prometheus
+text by the collector's own writer, ``export.prometheus.text``). ``dcgm`` and
+``kubelet`` are profiles that read the same snapshot and write dcgm-exporter's
+and the old kubelet's series, for dashboards built on those names. The
+profiles shape the Prometheus endpoint only; OTLP always carries the
+OpenTelemetry names.
 
 A profile is a module defining ``NAMING`` (a :class:`NamingProfile`) plus one
 line in :data:`PROFILES`; the module is imported only when the profile is
@@ -22,7 +23,7 @@ from types import MappingProxyType
 from typing import Protocol, cast
 
 from otel_gpu.config import Config
-from otel_gpu.export.naming.exposition import Family, render
+from otel_gpu.export.naming.exposition import Family
 from otel_gpu.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
@@ -111,11 +112,3 @@ def build_profiles(names: Sequence[str], options: ProfileOptions) -> list[Profil
             profiles.append(built)
     return profiles
 
-
-def render_profiles(profiles: Sequence[Profile], snapshot: Snapshot | None) -> bytes:
-    if snapshot is None or not profiles:
-        return b""
-    families: list[Family] = []
-    for one in profiles:
-        families.extend(one.families(snapshot))
-    return render(families).encode()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from otel_gpu import config, sim
-from otel_gpu.export.naming import ProfileOptions, build_profiles, render_profiles
+from otel_gpu.export.naming import ProfileOptions, build_profiles
 from otel_gpu.export.naming.dcgm import (
     DEFAULT_COUNTERS,
     FIELDS,
@@ -23,7 +23,7 @@ from otel_gpu.sample import sources as c
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import Sampler
 from otel_gpu.snapshot import Snapshot
-from tests.support.exposition import series
+from tests.support.exposition import render_profiles, series
 from tests.support.nvml import SOURCES
 
 FIXTURES = Path(__file__).parent / "fixtures"

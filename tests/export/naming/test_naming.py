@@ -10,7 +10,7 @@ import pytest
 
 from otel_gpu import sim
 from otel_gpu.attribute.k8s.attribution import attribute
-from otel_gpu.export.naming import ProfileOptions, build_profiles, render_profiles
+from otel_gpu.export.naming import ProfileOptions, build_profiles
 from otel_gpu.export.naming.dcgm import (
     DEFAULT_FIELDS,
     FIELDS,
@@ -26,7 +26,7 @@ from otel_gpu.export.naming.health import HealthProfile
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import Sampler
 from otel_gpu.snapshot import Pods
-from tests.support.exposition import series
+from tests.support.exposition import render_profiles, series
 from tests.support.nvml import SOURCES, profile_uuids
 
 HERE = Path(__file__).parent
