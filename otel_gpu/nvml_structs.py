@@ -75,3 +75,21 @@ GPU_FABRIC_INFO_VERSIONS: dict[int, type[ctypes.Structure]] = {
     NVML_GPU_FABRIC_INFO_V2: GpuFabricInfoV2,
 }
 """The versioned fabric structures by version word, newest first."""
+
+
+class Temperature(ctypes.Structure):
+    """``nvmlTemperature_v1_t``: ``nvmlDeviceGetTemperatureV``'s signed reading (R535).
+    nvidia-ml-py 12.x has no call for it; the simulator answers it as nvml.h lays it out."""
+
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("sensorType", ctypes.c_uint),  # nvmlTemperatureSensors_t
+        ("temperature", ctypes.c_int),
+    ]
+
+    def __init__(self, sensor: int = 0) -> None:
+        super().__init__(version=NVML_TEMPERATURE_V1, sensorType=sensor)
+
+
+NVML_TEMPERATURE_V1 = _version(Temperature, 1)
+"""``nvmlTemperature_v1``: 0x0100000C."""

@@ -63,10 +63,13 @@ def test_call_returns_values_and_outcomes(nvml):
 
 
 def test_missing_symbol_is_unsupported(nvml):
+    """A symbol the library lacks; the buffer passed, as every binding's signature takes it."""
     wrapper, _ = nvml
     handle = wrapper.call(pynvml.nvmlDeviceGetHandleByIndex, 0).value
-    res = wrapper.call(pynvml.nvmlDeviceGetGspFirmwareVersion, handle)
+    buffer = (ctypes.c_char * 80)()
+    res = wrapper.call(pynvml.nvmlDeviceGetGspFirmwareVersion, handle, buffer)
     assert res.outcome is Outcome.UNSUPPORTED
+    assert res.code == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
 
 
 @pytest.mark.skipif(ctypes.util.find_library("nvidia-ml") is not None,

@@ -94,10 +94,10 @@ def test_the_bound_is_on_the_source():
 
 
 def test_the_unsupported_self_metric_counts_what_each_device_omits(fake_nvml):
-    sampler = _sampler(fake_nvml, _h100(), _h100(not_available=["nvmlDeviceGetPowerUsage",
-                                                                "nvmlDeviceGetTemperatureV"]),
-                       _h100(unsupported=["nvmlDeviceGetPowerUsage",
-                                          "nvmlDeviceGetTemperatureV"]))
+    # the temperature call, whichever the binding makes (nvidia-ml-py 12.x has no V call)
+    calls = ["nvmlDeviceGetPowerUsage", "nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature"]
+    sampler = _sampler(fake_nvml, _h100(), _h100(not_available=calls),
+                       _h100(unsupported=list(calls)))
     for _ in range(2):
         healthy, sentinel, refused = sampler.sample().devices
     assert (healthy.not_available, refused.not_available) == (0, 0)

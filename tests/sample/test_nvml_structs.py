@@ -35,12 +35,15 @@ def _offsets(layout: type[ctypes.Structure]) -> dict[str, tuple[int, int]]:
     (structs.GpuFabricInfoV2, 36,
      {"version": (0, 4), "clusterUuid": (4, 16), "status": (20, 4), "cliqueId": (24, 4),
       "state": (28, 1), "healthMask": (32, 4)}),
+    (structs.Temperature, 12,
+     {"version": (0, 4), "sensorType": (4, 4), "temperature": (8, 4)}),
     (structs.GpuFabricInfoV3, 40,
      {"version": (0, 4), "clusterUuid": (4, 16), "status": (20, 4), "cliqueId": (24, 4),
       "state": (28, 1), "healthMask": (32, 4), "healthSummary": (36, 1)}),
 ])
-def test_the_fabric_structures_have_nvml_h_layout(layout, size, offsets):
-    """A 16-byte cluster UUID and a one-byte state, as nvml.h declares them."""
+def test_the_structures_have_nvml_h_layout(layout, size, offsets):
+    """A 16-byte cluster UUID and a one-byte state, as nvml.h declares them; a signed
+    temperature."""
     assert ctypes.sizeof(layout) == size
     assert _offsets(layout) == offsets
 
@@ -50,8 +53,10 @@ def test_the_version_words_are_nvml_h_and_the_bindings_where_it_has_them():
     assert structs.NVML_GPU_FABRIC_INFO_V3 == 0x03000028
     assert structs.GpuFabricInfoV2().version == 0x02000024
     assert structs.GpuFabricInfoV3().version == 0x03000028
+    assert structs.NVML_TEMPERATURE_V1 == structs.Temperature().version == 0x0100000C
     ours = {"nvmlGpuFabricInfo_v2": structs.NVML_GPU_FABRIC_INFO_V2,
-            "nvmlGpuFabricInfo_v3": structs.NVML_GPU_FABRIC_INFO_V3}
+            "nvmlGpuFabricInfo_v3": structs.NVML_GPU_FABRIC_INFO_V3,
+            "nvmlTemperature_v1": structs.NVML_TEMPERATURE_V1}
     theirs = {name: getattr(pynvml, name) for name in ours if hasattr(pynvml, name)}
     assert theirs == {name: ours[name] for name in theirs}
 

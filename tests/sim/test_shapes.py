@@ -3,12 +3,15 @@ seen through the real pynvml."""
 
 from __future__ import annotations
 
+import ctypes
 import math
 import threading
+from typing import Any
 
 import pynvml
 import pytest
 
+from otel_gpu import nvml_structs as structs
 from otel_gpu.sim import ScenarioError, load_scenario
 from otel_gpu.sim.driver.shapes import (
     ROW_PID,
@@ -40,6 +43,16 @@ def two(nvml):
     lib = nvml(TWO)
     next_sample()
     return lib, handles()
+
+
+def _temperature_v(lib: Any, handle: Any) -> int:
+    """The versioned temperature call, a signed answer: through the binding where it has
+    the call, else (nvidia-ml-py 12.x) made as nvml.h lays it out, to the simulated library."""
+    if hasattr(pynvml, "nvmlDeviceGetTemperatureV"):
+        return pynvml.nvmlDeviceGetTemperatureV(handle, pynvml.NVML_TEMPERATURE_GPU)
+    reading = structs.Temperature(pynvml.NVML_TEMPERATURE_GPU)
+    assert lib.nvmlDeviceGetTemperatureV(handle, ctypes.byref(reading)) == pynvml.NVML_SUCCESS
+    return reading.temperature
 
 
 def _code(call, *args) -> int:
@@ -114,8 +127,9 @@ def test_a_list_that_grows_between_the_calls(two):
 
 def test_values_are_replaced_where_their_type_holds_them(two):
     lib, (h0, _) = two
+    assert _temperature_v(lib, h0) == 40
     lib.answer_shape("nvmlDeviceGetTemperatureV", Filled("value", -5))
-    assert pynvml.nvmlDeviceGetTemperatureV(h0, pynvml.NVML_TEMPERATURE_GPU) == -5
+    assert _temperature_v(lib, h0) == -5
     lib.answer_shape("nvmlDeviceGetUtilizationRates", Filled("value", -5))
     rates = pynvml.nvmlDeviceGetUtilizationRates(h0)
     assert (rates.gpu, rates.memory) == (50, 5)  # unsigned: left as answered
@@ -164,7 +178,7 @@ def test_a_hung_call_returns_once_released(two):
 def test_signatures_say_which_shapes_apply(two):
     lib, (h0, _) = two
     lib.record_signatures = {}
-    pynvml.nvmlDeviceGetTemperatureV(h0, pynvml.NVML_TEMPERATURE_GPU)
+    _temperature_v(lib, h0)
     pynvml.nvmlDeviceGetComputeRunningProcesses(h0)
     pynvml.nvmlDeviceGetFieldValues(h0, [pynvml.NVML_FI_DEV_MEMORY_TEMP])
     pynvml.nvmlDeviceGetUUID(h0)

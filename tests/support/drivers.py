@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import pynvml
-
+from otel_gpu import nvml_abi as abi
 from otel_gpu.sim import Fail, FakeNvml, c_symbol, deref
 from otel_gpu.sim.driver._core import arg_int
 from otel_gpu.sim.driver.fields import PLAIN
 
-LINK_STATE = pynvml.NVML_FI_DEV_NVLINK_GET_STATE
+LINK_STATE = abi.NVML_FI_DEV_NVLINK_GET_STATE
 
 
 # --- field-value calls -----------------------------------------------------------------------
@@ -39,7 +38,7 @@ class Recording(FakeNvml):
         self.requests.append(pairs)
         for i, pair in enumerate(pairs):
             if pair in self.failing:
-                values[i].nvmlReturn = pynvml.NVML_ERROR_TIMEOUT
+                values[i].nvmlReturn = abi.NVML_ERROR_TIMEOUT
 
 
 class OlderDriver(FakeNvml):
@@ -58,7 +57,7 @@ class OlderDriver(FakeNvml):
         self.requested.append(asked)
         for i in range(arg_int(count)):
             if values[i].fieldId in PLAIN or values[i].fieldId == LINK_STATE:
-                values[i].nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+                values[i].nvmlReturn = abi.NVML_ERROR_NOT_SUPPORTED
 
 
 class RefusingDriver(FakeNvml):
@@ -68,7 +67,7 @@ class RefusingDriver(FakeNvml):
     def nvmlDeviceGetFieldValues(self, handle: Any, count: Any, values_ref: Any) -> None:
         values = deref(values_ref)
         if any(values[i].fieldId in PLAIN for i in range(arg_int(count))):
-            raise Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise Fail(abi.NVML_ERROR_INVALID_ARGUMENT)
         super().nvmlDeviceGetFieldValues(handle, count, values_ref)
 
 
@@ -79,7 +78,7 @@ class FailsSampleTwo(FakeNvml):
     @c_symbol
     def nvmlDeviceGetFieldValues(self, handle: Any, count: Any, values_ref: Any) -> None:
         if self.sample == 2:
-            raise Fail(pynvml.NVML_ERROR_UNKNOWN)
+            raise Fail(abi.NVML_ERROR_UNKNOWN)
         super().nvmlDeviceGetFieldValues(handle, count, values_ref)
 
 
@@ -109,25 +108,25 @@ class LinkTwoComesUp(StateFields):
     def nvmlDeviceGetNvLinkState(self, handle: Any, link: Any, out: Any) -> None:
         super().nvmlDeviceGetNvLinkState(handle, link, out)
         if arg_int(link) == 2 and self.sample >= 3:
-            deref(out).value = pynvml.NVML_FEATURE_ENABLED
+            deref(out).value = abi.NVML_FEATURE_ENABLED
 
     def edit(self, value: Any) -> None:
         if value.scopeId == 2 and self.sample >= 3:
-            value.value.uiVal = pynvml.NVML_NVLINK_STATE_ACTIVE
+            value.value.uiVal = abi.NVML_NVLINK_STATE_ACTIVE
 
 
 class StatesSayInactive(StateFields):
     """A driver whose batched states disagree with its calls per link."""
 
     def edit(self, value: Any) -> None:
-        value.value.uiVal = pynvml.NVML_NVLINK_STATE_INACTIVE
+        value.value.uiVal = abi.NVML_NVLINK_STATE_INACTIVE
 
 
 class NoStateField(StateFields):
     """A driver without the state field id."""
 
     def edit(self, value: Any) -> None:
-        value.nvmlReturn = pynvml.NVML_ERROR_INVALID_ARGUMENT
+        value.nvmlReturn = abi.NVML_ERROR_INVALID_ARGUMENT
 
 
 # --- symbols the built-in driver has not, or lacks ------------------------------------------
@@ -186,7 +185,8 @@ class SuccessWithoutBuffer(FakeNvml):
 
 class TemperatureRaises(FakeNvml):
     """The temperature call raises on GPU 1 what no return code explains (as a malformed
-    answer makes pynvml or ctypes raise)."""
+    answer makes pynvml or ctypes raise): the versioned call, and the older one that a
+    binding without the versioned call makes."""
 
     @c_symbol
     def nvmlDeviceGetTemperatureV(self, handle: Any, reading: Any) -> Any:
@@ -194,3 +194,10 @@ class TemperatureRaises(FakeNvml):
         if target.gpu.index == 1:
             raise ZeroDivisionError("what a malformed answer makes of a reader")
         return super().nvmlDeviceGetTemperatureV(handle, reading)
+
+    @c_symbol
+    def nvmlDeviceGetTemperature(self, handle: Any, sensor: Any, out: Any) -> Any:
+        target, _ = self.check_device("nvmlDeviceGetTemperature", handle)
+        if target.gpu.index == 1:
+            raise ZeroDivisionError("what a malformed answer makes of a reader")
+        return super().nvmlDeviceGetTemperature(handle, sensor, out)

@@ -14,6 +14,7 @@ from typing import Any
 import pynvml
 
 from otel_gpu import nvml_abi as abi
+from otel_gpu import nvml_structs as structs
 from otel_gpu.sim.driver._core import DriverCore, Fail, Target, arg_int, c_symbol, deref
 from otel_gpu.sim.scenario import CLOCKS, U64_MAX, Value
 
@@ -81,7 +82,7 @@ class ReadingSymbols(DriverCore):
     def nvmlDeviceGetTemperatureV(self, handle: Any, temp_ref: Any) -> None:
         target, sample = self.check_device("nvmlDeviceGetTemperatureV", handle)
         temp = deref(temp_ref)
-        if temp.version != pynvml.nvmlTemperature_v1:
+        if temp.version != structs.NVML_TEMPERATURE_V1:  # nvml.h's word, not the binding's
             raise Fail(abi.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
         if temp.sensorType != abi.NVML_TEMPERATURE_GPU:
             raise Fail(abi.NVML_ERROR_INVALID_ARGUMENT)
