@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from otel_gpu.export.events import detector as ev
+from otel_gpu.export.events import records as ev
+from otel_gpu.export.events.detector import EventDetector
 from otel_gpu.export.naming import ProfileOptions, build_profiles
 from otel_gpu.export.naming.health import HealthProfile
+from otel_gpu.instrument.attributes import HW_ID
 from otel_gpu.instrument.telemetry import build_meter_provider, build_resource
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.readers import fabric_health
@@ -127,13 +129,13 @@ def test_a_gpu_whose_driver_refuses_the_call_has_no_fabric_series(tray):
 
 
 def test_the_registration_and_health_events(tray):
-    detector = ev.EventDetector()
+    detector = EventDetector()
     samples = tray(7)
     snap0 = samples[0][0]
     gpu2, gpu3 = _uuid(snap0, 2), _uuid(snap0, 3)
     events = [(n, e) for n, (snap, _, _) in enumerate(samples, 1)
               for e in detector.observe(snap)]
-    fabric = [(n, e.name, e.attributes[ev.HW_ID], e.attributes.get(ev.EVENT_PHASE))
+    fabric = [(n, e.name, e.attributes[HW_ID], e.attributes.get(ev.EVENT_PHASE))
               for n, e in events if e.name.startswith("nvidia.gpu.fabric")]
     assert fabric == [
         (1, "nvidia.gpu.fabric.registration", gpu2, "start"),
@@ -143,11 +145,11 @@ def test_the_registration_and_health_events(tray):
         (5, "nvidia.gpu.fabric.registration", gpu2, "end"),  # completed at 4, held 2
     ]
     start = next(e for _, e in events if e.name == "nvidia.gpu.fabric.registration"
-                 and e.attributes[ev.HW_ID] == gpu2)
+                 and e.attributes[HW_ID] == gpu2)
     assert start.severity == ev.ERROR and "in progress" in start.body
     assert start.attributes[ev.FABRIC_STATE_ATTR] == "in_progress"
     failed = next(e for _, e in events if e.name == "nvidia.gpu.fabric.registration"
-                  and e.attributes[ev.HW_ID] == gpu3)
+                  and e.attributes[HW_ID] == gpu3)
     assert failed.attributes[ev.FABRIC_STATUS_ATTR] == 10 and "error 10" in failed.body
     end = next(e for _, e in events if e.attributes.get(ev.EVENT_PHASE) == "end")
     assert end.severity == ev.INFO and "joined its NVLink domain (clique 7)" in end.body

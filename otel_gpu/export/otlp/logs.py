@@ -37,7 +37,7 @@ from otel_gpu._sdk import (
     SeverityNumber,
     log_exporter_class,
 )
-from otel_gpu.export.events.detector import ERROR, FATAL, INFO, WARN, Event
+from otel_gpu.export.events.records import ERROR, FATAL, INFO, WARN, Event
 from otel_gpu.export.otlp.resources import Key, WorkloadResources
 from otel_gpu.export.otlp.transport import (
     GRPC,

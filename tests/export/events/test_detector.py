@@ -6,7 +6,8 @@ from types import MappingProxyType
 
 import pytest
 
-from otel_gpu.export.events import detector as ev
+from otel_gpu.export.events import records as ev
+from otel_gpu.export.events.detector import EventDetector
 from otel_gpu.export.naming import xid as xids
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import Sampler
@@ -39,7 +40,7 @@ POWER = dict(THROTTLE_REASONS)["sw_power_cap"]
 G0 = gpu_device(GPU0, 0)
 
 
-def run(detector: ev.EventDetector, *samples_per_seq, pods=None) -> list[list[ev.Event]]:
+def run(detector: EventDetector, *samples_per_seq, pods=None) -> list[list[ev.Event]]:
     """Feed one snapshot per item (a DeviceSample or a tuple of them); the events of each."""
     out = []
     for seq, item in enumerate(samples_per_seq, 1):
@@ -71,7 +72,7 @@ def holder(pod: str, container: str = "main", shared: bool = False) -> Holder:
     (4242, ev.XID_UNKNOWN, ev.WARN),
 ])
 def test_an_xid_is_one_record_with_its_class_and_the_catalogue_message(code, cls, severity):
-    detector = ev.EventDetector()
+    detector = EventDetector()
     xid = XidEvent(code, 1234.5)
     (batch,) = run(detector, sample(G0, xid_events=(xid,)))
     (event,) = batch
@@ -86,7 +87,7 @@ def test_every_catalogue_code_has_a_class():
 
 
 def test_an_xid_names_the_pod_holding_the_gpu_whole():
-    detector = ev.EventDetector()
+    detector = EventDetector()
     (batch,) = run(detector, sample(G0, xid_events=(XidEvent(79, 1.0),)),
                    pods=pods(**{GPU0: (holder("train-0"),)}))
     attrs = batch[0].attributes
@@ -98,14 +99,14 @@ def test_an_xid_names_the_pod_holding_the_gpu_whole():
 def test_an_xid_names_the_hpc_jobs_using_the_gpu():
     """On bare metal the job is the workload that was hit: the record names it, as the
     device's series do, and the exporter moves it into the job's Resource."""
-    detector = ev.EventDetector()
+    detector = EventDetector()
     jobs = MappingProxyType({GPU0: (JobRef("1234"), JobRef("1240"))})
     batch = detector.observe(snapshot(sample(G0, xid_events=(XidEvent(79, 1.0),)), jobs=jobs))
     assert batch[0].attributes["nvidia.gpu.hpc.job.id"] == "1234,1240"
 
 
 def test_an_xid_on_a_shared_gpu_lists_its_holders_and_names_no_pod():
-    detector = ev.EventDetector(holders_limit=2)
+    detector = EventDetector(holders_limit=2)
     shared = tuple(holder(f"p{i}", shared=True) for i in range(3))
     (batch,) = run(detector, sample(G0, xid_events=(XidEvent(31, 1.0),)),
                    pods=pods(**{GPU0: shared}))
@@ -117,7 +118,7 @@ def test_an_xid_on_a_shared_gpu_lists_its_holders_and_names_no_pod():
 def test_a_mig_xid_goes_to_the_instance_nvml_names_and_its_pod():
     g1 = gpu_device(GPU1, 1)
     a, b = mig_device(MIG_A, g1, gi=1), mig_device(MIG_B, g1, gi=2)
-    detector = ev.EventDetector()
+    detector = EventDetector()
     (batch,) = run(detector, (sample(g1, xid_events=(XidEvent(31, 1.0, 2, 0),)), sample(a),
                               sample(b)),
                    pods=pods(**{MIG_A: (holder("a"),), MIG_B: (holder("b"),)}))
@@ -135,7 +136,7 @@ MIG_KEYS = ("nvidia.gpu.mig.gpu_instance_id", "nvidia.gpu.mig.compute_instance_i
 
 def test_an_xid_on_a_gpu_not_in_mig_mode_has_no_mig_ids_whatever_nvml_put_there():
     """NVIDIA's mock driver puts 0 where nvml.h says 0xFFFFFFFF: no instance 0 exists."""
-    detector = ev.EventDetector()
+    detector = EventDetector()
     (batch,) = run(detector, sample(G0, xid_events=(XidEvent(79, 1.0, 0, 0),)))
     (event,) = batch
     assert event.attributes["hw.id"] == GPU0
@@ -145,7 +146,7 @@ def test_an_xid_on_a_gpu_not_in_mig_mode_has_no_mig_ids_whatever_nvml_put_there(
 def test_an_xid_naming_a_mig_instance_that_does_not_exist_has_no_mig_ids():
     g1 = gpu_device(GPU1, 1)
     a = mig_device(MIG_A, g1, gi=1)
-    (batch,) = run(ev.EventDetector(),
+    (batch,) = run(EventDetector(),
                    (sample(g1, xid_events=(XidEvent(31, 1.0, 5, 0),)), sample(a)))
     (event,) = batch
     assert event.attributes["hw.id"] == GPU1
@@ -153,7 +154,7 @@ def test_an_xid_naming_a_mig_instance_that_does_not_exist_has_no_mig_ids():
 
 
 def test_a_republished_sample_gives_no_event_twice():
-    detector = ev.EventDetector()
+    detector = EventDetector()
     snap = snapshot(sample(G0, xid_events=(XidEvent(79, 1.0),)), seq=1)
     assert len(detector.observe(snap)) == 1
     assert detector.observe(snap) == []  # the same sample, published again with new pods
@@ -163,7 +164,7 @@ def test_a_republished_sample_gives_no_event_twice():
 
 
 def test_state_changes_worse_at_once_better_after_it_held():
-    detector = ev.EventDetector()
+    detector = EventDetector()
     seq = [OK, DEGRADED, PREDICTED_FAILURE, OK, PREDICTED_FAILURE, OK, OK, OK]
     batches = run(detector, *(sample(G0, state=s) for s in seq))
     changes = [(n, e.attributes.get(ev.PREVIOUS_STATE), e.attributes["hw.state"], e.severity)
@@ -177,7 +178,7 @@ def test_state_changes_worse_at_once_better_after_it_held():
 
 def test_a_gpu_lost_at_start_is_reported_with_its_placeholder_and_reason():
     lost = gpu_device("GPU-unknown-index-3", 3)
-    detector = ev.EventDetector()
+    detector = EventDetector()
     (batch,) = run(detector, sample(lost, state=FAILED, error="could not be opened: GPU is lost"))
     (event,) = batch
     assert event.name == ev.STATE_CHANGE and event.severity == ev.FATAL
@@ -186,7 +187,7 @@ def test_a_gpu_lost_at_start_is_reported_with_its_placeholder_and_reason():
 
 
 def test_a_gpu_no_longer_listed_is_reported_once_and_forgotten():
-    detector = ev.EventDetector()
+    detector = EventDetector()
     g1 = gpu_device(GPU1, 1)
     batches = run(detector, (sample(G0), sample(g1)), (sample(G0),), (sample(G0),))
     assert names(batches) == [(2, ev.REMOVED, None)]
@@ -194,7 +195,7 @@ def test_a_gpu_no_longer_listed_is_reported_once_and_forgotten():
 
 
 def test_hung_and_recovered():
-    detector = ev.EventDetector()
+    detector = EventDetector()
     hung = sample(G0, hung="reading power has not returned after 5.0 s")
     batches = run(detector, sample(G0), hung, sample(G0), hung, sample(G0), sample(G0))
     assert names(batches) == [(2, "nvidia.gpu.hung", "start"), (6, "nvidia.gpu.hung", "end")]
@@ -205,7 +206,7 @@ def test_hung_and_recovered():
 
 
 def test_flapping_throttle_is_one_start_and_one_end():
-    detector = ev.EventDetector()
+    detector = EventDetector()
     pattern = [0, THERMAL, THERMAL, THERMAL, 0, THERMAL, 0, 0, THERMAL, 0, 0, 0, 0]
     batches = run(detector, *(sample(G0, values={"clock.reasons": r}) for r in pattern))
     assert names(batches) == [(4, "nvidia.gpu.throttle.thermal", "start"),
@@ -216,7 +217,7 @@ def test_flapping_throttle_is_one_start_and_one_end():
 
 
 def test_a_short_throttle_is_no_event_and_kinds_are_separate():
-    detector = ev.EventDetector()
+    detector = EventDetector()
     pattern = [THERMAL, THERMAL, 0, POWER, POWER, POWER, POWER, 0, 0, 0]
     batches = run(detector, *(sample(G0, values={"clock.reasons": r}) for r in pattern))
     assert names(batches) == [(6, "nvidia.gpu.throttle.power", "start"),
@@ -224,14 +225,14 @@ def test_a_short_throttle_is_no_event_and_kinds_are_separate():
 
 
 def test_missing_values_neither_start_nor_end_an_episode():
-    detector = ev.EventDetector()
+    detector = EventDetector()
     on = sample(G0, values={"clock.reasons": THERMAL})
     batches = run(detector, on, on, on, sample(G0), sample(G0), sample(G0), sample(G0))
     assert names(batches) == [(3, "nvidia.gpu.throttle.thermal", "start")]
 
 
 def test_row_remap_pending_and_failed():
-    detector = ev.EventDetector()
+    detector = EventDetector()
     v = [{"remap.pending": 0, "remap.failure": 0}, {"remap.pending": 1, "remap.failure": 0},
          {"remap.pending": 1, "remap.failure": 1}, {"remap.pending": 0, "remap.failure": 0},
          {"remap.pending": 0, "remap.failure": 0}]
@@ -245,7 +246,7 @@ def test_row_remap_pending_and_failed():
 
 
 def test_uncorrectable_ecc_rising_is_one_episode_with_its_total():
-    detector = ev.EventDetector()
+    detector = EventDetector()
     counts = [5, 5, 6, 9, 9, 9, 9, 9, 9, 9]  # a count there at start is not rising
     batches = run(detector, *(sample(G0, values={"ecc.uncorrected": c}) for c in counts))
     assert names(batches) == [(3, "nvidia.gpu.ecc.uncorrected", "start"),
@@ -255,7 +256,7 @@ def test_uncorrectable_ecc_rising_is_one_episode_with_its_total():
 
 
 def test_pcie_width_below_max_and_an_idle_gpu_lowering_its_generation():
-    detector = ev.EventDetector()
+    detector = EventDetector()
     idle_gen1 = {"pcie.link.gen": 1, "pcie.link.gen.max": 5, "pcie.link.width": 16,
                  "pcie.link.width.max": 16, "util.gpu": 0}
     narrow = {**idle_gen1, "pcie.link.gen": 5, "pcie.link.width": 8, "util.gpu": 90}
@@ -268,7 +269,7 @@ def test_pcie_width_below_max_and_an_idle_gpu_lowering_its_generation():
 
 
 def test_an_nvlink_going_down_names_the_link():
-    detector = ev.EventDetector()
+    detector = EventDetector()
     up, one_down = {"nvlink.active": 0b111, "power": 1}, {"nvlink.active": 0b101, "power": 1}
     none_up = {"power": 1}  # no active link: the reader gives no key at all
     seq = [up, one_down, one_down, none_up, none_up, up, up]
@@ -283,7 +284,7 @@ def test_an_nvlink_going_down_names_the_link():
 
 
 def test_events_past_the_cap_are_counted_as_dropped():
-    detector = ev.EventDetector(max_events=3)
+    detector = EventDetector(max_events=3)
     assert detector.dropped == 0
     xid = tuple(XidEvent(13, float(i)) for i in range(5))
     (batch,) = run(detector, sample(G0, xid_events=xid))
@@ -320,12 +321,12 @@ def test_the_sampler_hands_each_xid_on_once_with_its_mig_ids(fake_nvml):
 def test_a_mig_instance_destroyed_in_a_relayout_is_no_event():
     g1 = gpu_device(GPU1, 1)
     a = mig_device(MIG_A, g1, gi=1)
-    detector = ev.EventDetector()
+    detector = EventDetector()
     assert names(run(detector, (sample(g1), sample(a)), (sample(g1),))) == []
 
 
 def test_the_counters_are_catalog_rows_there_at_zero():
-    detector = ev.EventDetector(max_events=1)
+    detector = EventDetector(max_events=1)
     rows = {m.name: m for m in detector.metrics()}
     snap = snapshot(sample(G0))
     assert list(rows["otel_gpu.events.dropped"].per_node(snap, 0.0)) == [(0.0, {})]
@@ -363,7 +364,7 @@ def test_a_record_names_its_device_exactly_as_its_metrics_do(which):
         holders = Pods(Attribution({target.uuid: (holder("a"),)}, numa={target.uuid: (1,)}))
     xid = XidEvent(31, 1.0, 1, 0) if which == "mig" else XidEvent(31, 1.0)
     snap = snapshot(sample(g1, xid_events=(xid,)), sample(mig), seq=1, pods=holders)
-    (event,) = ev.EventDetector().observe(snap)
+    (event,) = EventDetector().observe(snap)
 
     reader = InMemoryMetricReader()
     provider = build_meter_provider(build_resource(environ={}), [reader], lambda: snap)
@@ -407,7 +408,7 @@ def test_a_record_names_its_workload_exactly_as_its_gpus_metrics_do(workloads):
         fields["jobs"] = MappingProxyType({GPU0: (JobRef("1234"), JobRef("1240"))})
     snap = snapshot(sample(G0, values={"power": 300_000}, xid_events=(XidEvent(79, 1.0),)),
                     **fields)
-    (event,) = ev.EventDetector().observe(snap)
+    (event,) = EventDetector().observe(snap)
 
     reader = InMemoryMetricReader()
     provider = build_meter_provider(build_resource(environ={}), [reader], lambda: snap)

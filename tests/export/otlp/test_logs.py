@@ -7,7 +7,7 @@ from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.sdk._logs.export import LogRecordExporter
 from opentelemetry.sdk.resources import Resource
 
-from otel_gpu.export.events.detector import ERROR, INFO, Event
+from otel_gpu.export.events.records import ERROR, INFO, Event
 from otel_gpu.export.otlp.logs import (
     EventLog,
     PodResourceLogExporter,
