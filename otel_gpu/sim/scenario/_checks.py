@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import uuid as uuidlib
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NoReturn
@@ -30,6 +31,8 @@ from otel_gpu.sim.scenario.model import (
     yaml_keys,
 )
 
+UUID_NAMESPACE = uuidlib.UUID("6f8c5b4e-2d1a-4e3b-9c7d-0a1b2c3d4e5f")
+"""The namespace of every identity a scenario leaves to be generated (GPU, MIG, pod)."""
 _BUS_ID = re.compile(r"^(?:([0-9A-Fa-f]{8})|([0-9A-Fa-f]{4})):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})"
                      r"\.([0-7])$")
 _FAULT_CODES = {

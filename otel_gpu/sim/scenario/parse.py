@@ -4,15 +4,13 @@ The driver never meets a malformed value halfway through a run: every problem
 is a :class:`~.model.ScenarioError` at start-up naming the file and the key
 path. The keys each part takes, and how each is read, come from the spec
 classes (:func:`~.model.key`); what is left here is what spans keys: defaults
-derived from other keys, generated identities, uniqueness and the node's
-layout. The symbols faults may name are the fake driver's own
-(``FakeNvml.device_symbols()`` and its MIG and system symbols).
+derived from other keys, generated identities and uniqueness (the node's pods
+and containers in :mod:`.node`). The symbols faults may name are the fake
+driver's own (``FakeNvml.device_symbols()`` and its MIG and system symbols).
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
 import uuid as uuidlib
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, replace
@@ -22,10 +20,8 @@ from typing import Any
 
 from otel_gpu import nvml_abi as abi
 from otel_gpu._files import FileError, parse_yaml, read_text
-from otel_gpu.sim.scenario._checks import Checks, field_id, show
+from otel_gpu.sim.scenario._checks import UUID_NAMESPACE, field_id, show
 from otel_gpu.sim.scenario.model import (
-    CGROUP_DRIVERS,
-    CGROUP_VERSIONS,
     FABRIC_HEALTH_SUMMARIES,
     FABRIC_STATES,
     MAX_GPUS,
@@ -33,19 +29,12 @@ from otel_gpu.sim.scenario.model import (
     MAX_SLOW_SECONDS,
     NVLINK_COUNTERS,
     NVLINK_FIELDS,
-    QOS_CLASSES,
-    RUNTIMES,
-    U32_MAX,
-    ContainerSpec,
     Fabric,
     Gpm,
     GpuSpec,
-    KubeletDevice,
     MigSpec,
-    NodeSpec,
     NvLinks,
     NvLinkSpec,
-    PodSpec,
     Scenario,
     ScenarioError,
     ShapeSpec,
@@ -54,15 +43,11 @@ from otel_gpu.sim.scenario.model import (
     Xid,
     yaml_keys,
 )
+from otel_gpu.sim.scenario.node import NodeChecks
 
 PROFILES_DIR = Path(__file__).parent.with_name("profiles")
-_UUID_NAMESPACE = uuidlib.UUID("6f8c5b4e-2d1a-4e3b-9c7d-0a1b2c3d4e5f")
 _ONLY_SINGLE = ("uuid", "pci_bus_id", "serial", "minor_number")
 """A GPU's keys that each GPU of a ``count`` entry would need its own of."""
-_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
-_POD_UID = re.compile(r"^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-                      r"|[0-9a-f]{32})$")
-_CONTAINER_ID = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -136,10 +121,10 @@ def _gpm_metric_id(key: Any) -> int | None:
 
 
 def _make_uuid(prefix: str, *parts: Any) -> str:
-    return prefix + str(uuidlib.uuid5(_UUID_NAMESPACE, "/".join(map(str, parts))))
+    return prefix + str(uuidlib.uuid5(UUID_NAMESPACE, "/".join(map(str, parts))))
 
 
-class _Parser(Checks):
+class _Parser(NodeChecks):
     """Turns the YAML tree into a :class:`Scenario`, failing on the first problem."""
 
     def __init__(self, label: str, default_name: str, symbols: Symbols) -> None:
@@ -386,140 +371,3 @@ class _Parser(Checks):
             faults=self.faults(path, raw, self.symbols.mig, allow_fields=False),
             **self.read(MigSpec, path, raw),
         )
-
-    # the node's /proc and kubelet log trees
-
-    def k8s_name(self, path: str, raw: Any) -> str:
-        text = self.string(path, raw)
-        if len(text) > 253 or not _K8S_NAME.match(text):
-            self.fail(path, f"expected a lowercase DNS name (a-z, 0-9, '-', '.'), "
-                            f"got {show(raw)}")
-        return text
-
-    def kubelet_devices(self, path: str, raw: Any, gpus: tuple[GpuSpec, ...]
-                        ) -> tuple[KubeletDevice, ...]:
-        """A container's devices as the kubelet lists them: each a GPU index (held whole), or
-        ``{gpu: N, replica: R}`` (a time-sliced share) or ``{gpu: N, mig: GI}`` (a MIG
-        instance, by GPU instance id), with an optional ``resource`` name."""
-        out = []
-        for j, item in enumerate(self.sequence(path, raw)):
-            p = f"{path}[{j}]"
-            if not isinstance(item, dict):
-                item = {"gpu": item}
-            self.keys(KubeletDevice, p, item)
-            index = self.integer(f"{p}.gpu", item["gpu"])
-            if index >= len(gpus):
-                self.fail(f"{p}.gpu", f"no GPU {index} (the scenario has {len(gpus)})")
-            gpu = gpus[index]
-            if "replica" in item and "mig" in item:
-                self.fail(p, "a share of a MIG instance is not simulated: give replica or mig")
-            replica = self.integer(f"{p}.replica", item["replica"]) if "replica" in item \
-                else None
-            if "mig" in item:
-                gi = self.integer(f"{p}.mig", item["mig"])
-                mig = next((m for m in gpu.mig if m.gpu_instance_id == gi), None)
-                if mig is None:
-                    self.fail(f"{p}.mig", f"GPU {index} has no MIG instance with "
-                                          f"gpu_instance_id {gi}")
-                resource, device_id = f"nvidia.com/mig-{mig.profile}", mig.uuid
-            else:
-                gi = None
-                resource = "nvidia.com/gpu"
-                device_id = gpu.uuid if replica is None else f"{gpu.uuid}::{replica}"
-            if "resource" in item:
-                resource = self.string(f"{p}.resource", item["resource"])
-            out.append(KubeletDevice(index, replica, gi, resource, device_id, gpu.numa_node))
-        return tuple(out)
-
-    def node(self, path: str, raw: Any, scenario: str,
-             gpus: tuple[GpuSpec, ...] = ()) -> NodeSpec:
-        self.keys(NodeSpec, path, raw)
-        layout = {
-            "cgroup": self.choice(f"{path}.cgroup", raw.get("cgroup", "v2"), CGROUP_VERSIONS),
-            "driver": self.choice(f"{path}.driver", raw.get("driver", "systemd"),
-                                  CGROUP_DRIVERS),
-            "runtime": self.choice(f"{path}.runtime", raw.get("runtime", "containerd"),
-                                   RUNTIMES),
-        }
-        pids: dict[int, str] = {}
-
-        def claim_pids(p: str, items: Any) -> tuple[int, ...]:
-            out = []
-            for j, v in enumerate(self.sequence(p, items)):
-                pid = self.integer(f"{p}[{j}]", v, minimum=1, maximum=U32_MAX)
-                if pid in pids:
-                    self.fail(f"{p}[{j}]", f"pid {pid} is also listed at {pids[pid]}")
-                pids[pid] = f"{p}[{j}]"
-                out.append(pid)
-            return tuple(out)
-
-        host = claim_pids(f"{path}.host_pids", raw.get("host_pids", []))
-        pods: list[PodSpec] = []
-        seen: dict[Any, str] = {}
-
-        def unique(p: str, key: Any, what: str) -> None:
-            if key in seen:
-                self.fail(p, f"duplicate {what} (also {seen[key]})")
-            seen[key] = p
-
-        for i, item in enumerate(self.sequence(f"{path}.pods", raw.get("pods", []))):
-            p = f"{path}.pods[{i}]"
-            self.keys(PodSpec, p, item)
-            namespace = self.k8s_name(f"{p}.namespace", item["namespace"])
-            name = self.k8s_name(f"{p}.name", item["name"])
-            unique(p, ("pod", namespace, name), f"pod {namespace}/{name}")
-            if "uid" in item:
-                uid = self.string(f"{p}.uid", item["uid"])
-                if not _POD_UID.match(uid):
-                    self.fail(f"{p}.uid", f"expected a pod UID (a lowercase UUID, or 32 hex "
-                                          f"digits for a static pod), got {show(uid)}")
-            else:
-                uid = str(uuidlib.uuid5(_UUID_NAMESPACE, f"{scenario}/{namespace}/{name}"))
-            unique(f"{p}.uid", ("uid", uid), f"pod uid {uid}")
-            containers = []
-            for j, c in enumerate(self.sequence(f"{p}.containers", item.get("containers", []))):
-                cp = f"{p}.containers[{j}]"
-                self.keys(ContainerSpec, cp, c)
-                cname = self.k8s_name(f"{cp}.name", c["name"])
-                unique(cp, ("container", uid, cname), f"container {cname}")
-                if "id" in c:
-                    cid = self.string(f"{cp}.id", c["id"])
-                    if not _CONTAINER_ID.match(cid):
-                        self.fail(f"{cp}.id", f"expected 64 lowercase hex digits, got {show(cid)}")
-                else:
-                    cid = hashlib.sha256(f"{uid}/{cname}".encode()).hexdigest()
-                unique(f"{cp}.id", ("id", cid), f"container id {cid}")
-                containers.append(ContainerSpec(
-                    name=cname, id=cid, pids=claim_pids(f"{cp}.pids", c.get("pids", [])),
-                    cgroup=self.choice(f"{cp}.cgroup", c.get("cgroup", layout["cgroup"]),
-                                       CGROUP_VERSIONS),
-                    driver=self.choice(f"{cp}.driver", c.get("driver", layout["driver"]),
-                                       CGROUP_DRIVERS),
-                    runtime=self.choice(f"{cp}.runtime", c.get("runtime", layout["runtime"]),
-                                        RUNTIMES),
-                    devices=self.kubelet_devices(f"{cp}.devices", c.get("devices", []), gpus),
-                ))
-            pods.append(PodSpec(namespace, name, uid,
-                                self.choice(f"{p}.qos", item.get("qos", "burstable"), QOS_CLASSES),
-                                tuple(containers)))
-        outside = []
-        for j, c in enumerate(self.sequence(f"{path}.containers", raw.get("containers", []))):
-            cp = f"{path}.containers[{j}]"
-            self.keys(ContainerSpec, cp, c, exclude=("devices",))
-            cname = self.k8s_name(f"{cp}.name", c["name"])
-            unique(cp, ("outside", cname), f"container {cname}")
-            if "id" in c:
-                cid = self.string(f"{cp}.id", c["id"])
-                if not _CONTAINER_ID.match(cid):
-                    self.fail(f"{cp}.id", f"expected 64 lowercase hex digits, got {show(cid)}")
-            else:
-                cid = hashlib.sha256(f"{scenario}/{cname}".encode()).hexdigest()
-            unique(f"{cp}.id", ("id", cid), f"container id {cid}")
-            outside.append(ContainerSpec(
-                name=cname, id=cid, pids=claim_pids(f"{cp}.pids", c.get("pids", [])),
-                cgroup=self.choice(f"{cp}.cgroup", c.get("cgroup", layout["cgroup"]),
-                                   CGROUP_VERSIONS),
-                driver=self.choice(f"{cp}.driver", c.get("driver", layout["driver"]),
-                                   CGROUP_DRIVERS),
-                runtime=self.choice(f"{cp}.runtime", c.get("runtime", "docker"), RUNTIMES)))
-        return NodeSpec(tuple(pods), host, containers=tuple(outside), **layout)
