@@ -139,7 +139,7 @@ def formats(node_name: str, repeat: int, scrapes: int = 2000) -> dict[str, dict[
     CPU per cached scrape) and ``bytes``; each round times every format in turn."""
     from otel_gpu import sim
     from otel_gpu.export.collected import CollectingReader
-    from otel_gpu.export.prometheus.endpoint import RenderCache
+    from otel_gpu.export.prometheus.cache import RenderCache
     from otel_gpu.export.prometheus.exporter import Collection, Writers
     from otel_gpu.export.prometheus.formats import negotiate
     from otel_gpu.instrument.catalog import all_sources

@@ -18,6 +18,7 @@ import os
 import sys
 import threading
 import time
+import traceback
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
 from typing import TextIO
@@ -219,3 +220,18 @@ class ChangeLimiter:
             return 0
         changes, self._pending, self._last_line = self._pending, 0, now
         return changes
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` on one line."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def where(exc: BaseException) -> str:
+    """The file and line an exception was raised at: where a one-line report points."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "unknown"
+    frame = frames[-1]
+    return f"{frame.filename}:{frame.lineno}"

@@ -188,7 +188,7 @@ def _check_files(config: Config) -> None:
         if config.collectors:
             parse_collectors(config.collectors)
         if config.web_config_file:
-            from otel_gpu.export.prometheus.webconfig import load_web_config
+            from otel_gpu.export.http.webconfig import load_web_config
 
             load_web_config(config.web_config_file)
         exporters.validate(config, os.environ)  # the SDK's variables, each exporter's checks

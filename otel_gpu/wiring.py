@@ -23,8 +23,8 @@ from otel_gpu.config import Config
 from otel_gpu.errors import SetupError
 from otel_gpu.export import exporters
 from otel_gpu.export.collected import CollectingReader
-from otel_gpu.export.prometheus.endpoint import MetricsServer
-from otel_gpu.export.prometheus.webconfig import load_web_config
+from otel_gpu.export.http.endpoint import MetricsServer
+from otel_gpu.export.http.webconfig import load_web_config
 from otel_gpu.export.seam import Published, Served
 from otel_gpu.instrument.cardinality import CardinalityGuard
 from otel_gpu.instrument.catalog import CATALOG, all_sources

@@ -11,9 +11,9 @@ import pytest
 
 from otel_gpu import cli
 from otel_gpu.config import OPTIONS, ConfigError, load
+from otel_gpu.export.http.webconfig import WebConfigError
 from otel_gpu.export.naming.dcgm import CollectorsError
 from otel_gpu.export.otlp.transport import OtlpSetupError
-from otel_gpu.export.prometheus.webconfig import WebConfigError
 from otel_gpu.sample.library import NvmlUnavailable
 from otel_gpu.sim import ScenarioError
 from tests.support.nvml import RefusingNvml

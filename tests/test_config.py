@@ -27,7 +27,7 @@ from otel_gpu.config import (
     parse_listen,
 )
 from otel_gpu.errors import SetupError
-from otel_gpu.export.prometheus.webconfig import load_web_config
+from otel_gpu.export.http.webconfig import load_web_config
 from tests.support.configs import ToyConfig
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 import bcrypt
 import pytest
 
-from otel_gpu.export.prometheus.http_server import MAX_CONNECTIONS, listen_backlog
+from otel_gpu.export.http.server import MAX_CONNECTIONS, listen_backlog
 from tests.support.certs import make_certs
 from tests.support.process import connections_left_waiting, http_get, wait_until
 

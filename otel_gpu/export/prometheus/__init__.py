@@ -1,2 +1,2 @@
-"""The Prometheus exporter: the HTTP endpoint (TLS, basic auth, bounds), the text writer
-and the render cache."""
+"""The Prometheus exporter: the ``/metrics`` body, its exposition formats, the text writer
+and the body cache; the service's endpoint serves it."""

@@ -2,8 +2,8 @@
 
 The body is the OpenTelemetry instruments written as Prometheus text (with
 the ``otel`` names) followed by the other naming profiles' series, every part
-from the same snapshot. The endpoint serving it (:mod:`.endpoint`) belongs to
-the service, which answers health probes with or without this exporter.
+from the same snapshot. The endpoint serving it (:mod:`otel_gpu.export.http.endpoint`)
+belongs to the service, which answers health probes with or without this exporter.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from otel_gpu.export.collected import CollectingReader
 from otel_gpu.export.naming import Profile, ProfileOptions, build_profiles
 from otel_gpu.export.naming.exposition import Family, render
 from otel_gpu.export.naming.exposition import format_value as profile_value
-from otel_gpu.export.prometheus.endpoint import RenderCache
+from otel_gpu.export.prometheus.cache import RenderCache
 from otel_gpu.export.prometheus.formats import ALLOW_UTF8, Style, escape_name, legacy_label, quote
 from otel_gpu.export.prometheus.text import (
     PROMETHEUS,

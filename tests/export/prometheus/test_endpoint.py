@@ -19,11 +19,12 @@ import bcrypt
 import pytest
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
-from otel_gpu.export.prometheus import http_server
-from otel_gpu.export.prometheus.basic_auth import BasicAuth
-from otel_gpu.export.prometheus.endpoint import MetricsServer, RenderCache
-from otel_gpu.export.prometheus.http_server import listen_backlog
-from otel_gpu.export.prometheus.webconfig import WebConfig
+from otel_gpu.export.http import server as http_server
+from otel_gpu.export.http.basic_auth import BasicAuth
+from otel_gpu.export.http.endpoint import MetricsServer
+from otel_gpu.export.http.server import listen_backlog
+from otel_gpu.export.http.webconfig import WebConfig
+from otel_gpu.export.prometheus.cache import RenderCache
 from tests.support.certs import make_certs
 from tests.support.process import connections_left_waiting, http_get, wait_until
 
@@ -540,7 +541,7 @@ def test_the_accept_loop_sleeps_until_a_connection_or_the_stop(registry, monkeyp
     import selectors
     import threading
 
-    from otel_gpu.export.prometheus.http_server import _Selector
+    from otel_gpu.export.http.server import _Selector
 
     waits: list[object] = []
     real = _Selector.select

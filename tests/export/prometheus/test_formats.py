@@ -7,7 +7,8 @@ import gzip
 
 import pytest
 
-from otel_gpu.export.prometheus.endpoint import LANDING, MetricsServer, RenderCache
+from otel_gpu.export.http.endpoint import LANDING, MetricsServer
+from otel_gpu.export.prometheus.cache import RenderCache
 from otel_gpu.export.prometheus.formats import (
     ALLOW_UTF8,
     DOTS,

@@ -14,8 +14,8 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from otel_gpu.export.prometheus.basic_auth import AuthBusy, BasicAuth
-from otel_gpu.export.prometheus.webconfig import WebConfigError, load_web_config
+from otel_gpu.export.http.basic_auth import AuthBusy, BasicAuth
+from otel_gpu.export.http.webconfig import WebConfigError, load_web_config
 from tests.support.certs import make_certs
 from tests.support.process import wait_until
 

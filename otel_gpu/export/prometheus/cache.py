@@ -1,4 +1,4 @@
-"""The Prometheus scrape endpoint: ``/metrics``, ``/healthz`` and ``/readyz``.
+"""The ``/metrics`` body cache: what a scrape is served, rendered before it asks.
 
 The exposition is rendered on the publishing path while someone scrapes: the
 pipeline calls :meth:`RenderCache.refresh` after each new sample and each pod
@@ -28,8 +28,8 @@ gzip) for the other scrapes of the publication. A publication renders, on the
 publishing thread, only the formats scraped within ``idle_after``: a format
 nobody asks for is never written.
 
-The server is :mod:`otel_gpu.export.prometheus.http_server`'s, with its bounds against
-clients that misbehave.
+The cache is the exporter's :class:`~otel_gpu.export.seam.Scrape`: the service's
+endpoint (:mod:`otel_gpu.export.http.endpoint`) serves it knowing no more than that.
 """
 
 from __future__ import annotations
@@ -42,26 +42,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from otel_gpu import __version__
-from otel_gpu._log import LogLimiter
-from otel_gpu.export.prometheus.basic_auth import AuthBusy, BasicAuth
+from otel_gpu._log import LogLimiter, describe, where
 from otel_gpu.export.prometheus.formats import TEXT_0_0_4, Format, Style, negotiate
-from otel_gpu.export.prometheus.http_server import (
-    HEAD_TIMEOUT_S,
-    MAX_CONNECTIONS,
-    RESPONSE_TIMEOUT_S,
-    BoundedHandler,
-    BoundedServer,
-    describe,
-    where,
-)
-from otel_gpu.export.prometheus.webconfig import WebConfig
-from otel_gpu.export.seam import Scrape
 
 log = logging.getLogger(__name__)
-
-ReadyCheck = Callable[[], "tuple[bool, str]"]
-"""Whether the collector is ready, and why (what /readyz answers)."""
 
 GZIP_LEVEL = 1
 """zlib's fastest level: on the collector's text it compresses about 9:1, against 10.6:1 at
@@ -79,8 +63,9 @@ class Exposition(Protocol):
 
 
 @dataclass(frozen=True)
-class Served:
-    """A body as served: one publication in one format, plain and gzipped."""
+class CachedBody:
+    """A body as served: one publication in one format, plain and gzipped (the seam's
+    :class:`~otel_gpu.export.seam.Body`)."""
 
     key: object
     at: float
@@ -100,19 +85,19 @@ class _Rendered:
         self.source = source
         """The collection; plain bytes where the render gives text 0.0.4 only."""
         self.bodies: dict[Style, tuple[bytes, bytes]] = {}
-        self.served: dict[Format, Served] = {}
+        self.served: dict[Format, CachedBody] = {}
 
     def resolve(self, fmt: Format) -> Format:
         return fmt if not isinstance(self.source, bytes) else TEXT_0_0_4
 
-    def ready(self, fmt: Format) -> Served | None:
+    def ready(self, fmt: Format) -> CachedBody | None:
         """The body in ``fmt`` if its style is written already (no writing here)."""
         served = self.served.get(fmt)
         if served is None:
             written = self.bodies.get(fmt.style)
             if written is not None:
-                served = self.served[fmt] = Served(self.key, self.at, *written,
-                                                   fmt.content_type)
+                served = self.served[fmt] = CachedBody(self.key, self.at, *written,
+                                                       fmt.content_type)
         return served
 
     def write(self, style: Style) -> bool:
@@ -171,7 +156,7 @@ class RenderCache:
         """Publications left unrendered because nobody was scraping."""
         self._limited = LogLimiter(log, 60.0)
 
-    def get(self, accept: str | None = None) -> Served:
+    def get(self, accept: str | None = None) -> CachedBody:
         """The body for a scrape whose ``Accept`` header is ``accept`` (None: text 0.0.4)."""
         fmt = negotiate(accept, self._utf8_names)
         self._asked = asked = self._clock()  # one store of a float: no lock needed
@@ -246,110 +231,3 @@ class RenderCache:
     def _write(self, cached: _Rendered, style: Style) -> None:
         if cached.write(style):
             self.writes[style] = self.writes.get(style, 0) + 1
-
-
-LANDING = """<!DOCTYPE html>
-<html lang="en">
-<head><meta charset="utf-8"><title>otel-gpu</title></head>
-<body>
-<h1>otel-gpu</h1>
-<p>OpenTelemetry-native NVIDIA GPU metrics collector, version {version}.</p>
-<ul>
-<li><a href="metrics">/metrics</a>: the metrics, in the format the scraper asks for</li>
-<li><a href="healthz">/healthz</a>: liveness</li>
-<li><a href="readyz">/readyz</a>: readiness, and why</li>
-</ul>
-</body>
-</html>
-"""
-"""The page at ``/``: where the collector's paths are, and its version (relative links, so
-that they hold behind a proxy's path prefix)."""
-
-
-class _Handler(BoundedHandler):
-    """``/metrics``, ``/healthz``, ``/readyz`` and ``/``; HEAD as GET without the body."""
-
-    server: MetricsServer
-
-    def do_HEAD(self) -> None:
-        self.do_GET()  # _send leaves the body out of a HEAD answer
-
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        if path == "/metrics":
-            self._metrics()
-        elif path == "/healthz":
-            self._text(200, "ok\n")
-        elif path == "/readyz":
-            ready, reason = self.server.readiness()
-            self._text(200 if ready else 503, reason.rstrip("\n") + "\n")
-        elif path == "/":
-            self._send(200, LANDING.format(version=__version__).encode(),
-                       "text/html; charset=utf-8")
-        else:
-            self._text(404, "not found: try /metrics, /healthz or /readyz\n")
-
-    def _metrics(self) -> None:
-        server = self.server
-        if server.auth:
-            try:
-                allowed = server.auth.check(self.headers.get("Authorization"))
-            except AuthBusy:
-                server.limited.log(
-                    "auth-busy", logging.WARNING,
-                    "answered 503 to %s: too many password checks at once (wrong passwords?)",
-                    self.client_address[0])
-                self._text(503, "too many password checks at once; retry\n",
-                           (("Retry-After", "1"),))
-                return
-            if not allowed:
-                self._text(401, "unauthorized\n",
-                           (("WWW-Authenticate", 'Basic realm="otel-gpu"'),))
-                return
-        if server.cache is None:
-            self._text(404, "no metrics on this listener: it is the health listener, or the "
-                            "prometheus exporter is off (see the exporters setting)\n")
-            return
-        if server.cache.published is not None and not server.cache.published():
-            self._text(503, "no sample yet: the first one is being taken; retry\n",
-                       (("Retry-After", "1"),))
-            return
-        try:
-            rendered = server.cache.get(self.headers.get("Accept"))
-        except Exception as exc:  # noqa: BLE001 - a bug in rendering must not kill the server
-            server.limited.log("render", logging.ERROR, "rendering /metrics failed: %s at %s",
-                               describe(exc), where(exc))
-            self._text(500, "rendering metrics failed; see the collector's log\n")
-            return
-        accepts_gzip = "gzip" in (self.headers.get("Accept-Encoding") or "")
-        vary = ("Vary", "Accept, Accept-Encoding")
-        extra = (("Content-Encoding", "gzip"), vary) if accepts_gzip else (vary,)
-        self._send(200, rendered.gzipped if accepts_gzip else rendered.body,
-                   rendered.content_type, extra)
-
-
-class MetricsServer(BoundedServer):
-    """The endpoint: a read of memory per request, behind the web config's TLS and auth.
-
-    ``cache`` is None on the health listener (and with the Prometheus exporter
-    off): ``/metrics`` then answers 404.
-    """
-
-    def __init__(
-        self,
-        address: tuple[str, int],
-        cache: Scrape | None,
-        readiness: ReadyCheck,
-        web: WebConfig | None = None,
-        *,
-        max_connections: int = MAX_CONNECTIONS,
-        head_timeout: float = HEAD_TIMEOUT_S,
-        response_timeout: float = RESPONSE_TIMEOUT_S,
-    ) -> None:
-        self.cache = cache
-        self.readiness = readiness
-        self.auth = BasicAuth(web.users if web is not None else {})
-        super().__init__(address, _Handler, tls=web.tls if web is not None else None,
-                         extra_headers=web.headers if web is not None else (),
-                         max_connections=max_connections, head_timeout=head_timeout,
-                         response_timeout=response_timeout)
