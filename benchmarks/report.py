@@ -2,6 +2,7 @@
 
     python -m benchmarks.report FILE    # the tables of a run written with --json FILE
 
+FILE is a run of ``benchmarks.run`` or of ``benchmarks.paired`` (every system at once).
 docs/performance.md's tables are this command's output for the JSON they name
 (tests/test_performance_doc.py holds them to it).
 """
@@ -115,6 +116,21 @@ def document(run: dict) -> str:
         f"Settings: {settings}.", "", table(run["results"], meta)]).rstrip("\n") + "\n"
 
 
+def paired(run: dict) -> str:
+    """What docs/performance.md carries of a ``benchmarks.paired`` run: its windows, then
+    each system's CPU per sample interval and the first system's over it, window by window."""
+    from benchmarks.paired import table as paired_table  # it imports this module
+
+    return (f"Run of {run['date']}: every system at once, {run['windows']} windows of "
+            f"{run['seconds']:g} s, each scraped with gzip once per interval.\n\n"
+            + paired_table(run["results"]))
+
+
+def render(run: dict) -> str:
+    """The report of either kind of run: side by side (``benchmarks.paired``) or the default."""
+    return paired(run) if "windows" in run else document(run)
+
+
 def targets(kinds: dict) -> str:
     """The ratios targets 2 and 3 are stated in, from medians."""
     def med(kind: str, phase: str, key: str) -> float | None:
@@ -139,9 +155,10 @@ def targets(kinds: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("json", type=Path, help="a run written by benchmarks.run --json")
+    parser.add_argument("json", type=Path,
+                        help="a run written by benchmarks.run or benchmarks.paired --json")
     args = parser.parse_args(argv)
-    print(document(json.loads(args.json.read_text())), end="")
+    print(render(json.loads(args.json.read_text())), end="")
     return 0
 
 
