@@ -99,7 +99,7 @@ def report(mode: str, pyproject: Path = PYPROJECT) -> int:
         try:
             installed = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
-            print(f"  {name:34} NOT INSTALLED  (declared >={low},<{high})")
+            print(f"  {name:42} NOT INSTALLED  (declared >={low},<{high})")
             failed += 1
             continue
         note = ""
@@ -109,7 +109,7 @@ def report(mode: str, pyproject: Path = PYPROJECT) -> int:
             note, failed = f"  NOT the lower bound {low}", failed + 1
         elif mode == "newest" and _normal(name) in newest and newest[_normal(name)] != installed:
             note = f"  (warning: {newest[_normal(name)]} is allowed, held back by another pin)"
-        print(f"  {name:34} {installed:14} declared >={low},<{high}{note}")
+        print(f"  {name:42} {installed:14} declared >={low},<{high}{note}")
     return 1 if failed else 0
 
 
