@@ -176,22 +176,15 @@ def _config(args: argparse.Namespace) -> Config:
 
 
 def _check_files(config: Config) -> None:
-    """Reads and checks every file and OTLP option the settings name, as ``serve`` does.
+    """The service's checks of every file and option the settings name (``wiring.validate``).
 
     ``check`` calls it so that it refuses what ``serve`` would, and ``serve``
     before anything else, so that a bad file is the only line it prints.
     """
-    from otel_gpu.export import exporters
-    from otel_gpu.export.naming.dcgm import parse_collectors
+    from otel_gpu.wiring import validate
 
     try:
-        if config.collectors:
-            parse_collectors(config.collectors)
-        if config.web_config_file:
-            from otel_gpu.export.http.webconfig import load_web_config
-
-            load_web_config(config.web_config_file)
-        exporters.validate(config, os.environ)  # the SDK's variables, each exporter's checks
+        validate(config, os.environ)
     except SetupError as exc:
         _die(str(exc))
 

@@ -23,8 +23,8 @@ from otel_gpu.config import Config
 from otel_gpu.errors import SetupError
 from otel_gpu.export import exporters
 from otel_gpu.export.collected import CollectingReader
+from otel_gpu.export.http import endpoint
 from otel_gpu.export.http.endpoint import MetricsServer
-from otel_gpu.export.http.webconfig import load_web_config
 from otel_gpu.export.seam import Published, Served
 from otel_gpu.instrument.cardinality import CardinalityGuard
 from otel_gpu.instrument.catalog import CATALOG, all_sources
@@ -213,6 +213,15 @@ def _once(stage: Enricher, name: str, snapshot: Snapshot) -> Snapshot:
         bounded.close()
 
 
+def validate(config: Config, environ: Mapping[str, str]) -> None:
+    """Every check ``serve`` makes before it starts, each by the piece it concerns: the
+    endpoint's web config, then the SDK's variables and each chosen exporter's own. ``check``
+    makes them too, so that it refuses what ``serve`` would; a ``SetupError`` names the
+    first that fails."""
+    endpoint.validate(config)
+    exporters.validate(config, environ)
+
+
 def _address(host: str, port: int) -> str:
     """``host:port``, with an IPv6 address in brackets as in a URL: ``[::1]:9400``."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -297,7 +306,7 @@ class Service:
         for stage in self.stages:  # in this order: pods, then jobs, then containers
             self.pipeline.add_stage(stage.process)
         self.readiness = Readiness(store, timings, clock, notes=self._notes)
-        web = load_web_config(config.web_config_file) if config.web_config_file else None
+        web = endpoint.web_config(config)
         # The endpoint answers health probes whatever the exporters; /metrics is the body of
         # the exporter that has one (404 without).
         scrape = next((e.scrape for e in self.outputs if e.scrape is not None), None)

@@ -1,7 +1,7 @@
 """The one registry of the exporters, each behind :class:`~otel_gpu.export.seam.Exporter`.
 
-The CLI's checks (:func:`validate`) and the service (:func:`select`,
-:func:`settle`, then each exporter's methods in the seam's order) read
+The checks ``serve`` and ``check`` make before starting (:func:`validate`) and the
+service (:func:`select`, :func:`settle`, then each exporter's methods in the seam's order) read
 :data:`REGISTRY`: adding an exporter is its module, a class with the seam's
 shape built from the typed config, and one line there (plus its name in
 ``config.settings.EXPORTERS``, the ``exporters`` setting's choices).

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from otel_gpu import __version__
 from otel_gpu._log import describe, where
+from otel_gpu.config import Config
 from otel_gpu.export.http.basic_auth import AuthBusy, BasicAuth
 from otel_gpu.export.http.connection import BoundedHandler
 from otel_gpu.export.http.server import (
@@ -23,12 +24,22 @@ from otel_gpu.export.http.server import (
     RESPONSE_TIMEOUT_S,
     BoundedServer,
 )
-from otel_gpu.export.http.webconfig import WebConfig
+from otel_gpu.export.http.webconfig import WebConfig, load_web_config
 from otel_gpu.export.seam import Scrape
 
 ReadyCheck = Callable[[], "tuple[bool, str]"]
 """Whether the collector is ready, and why (what /readyz answers)."""
 
+
+def web_config(config: Config) -> WebConfig | None:
+    """The web config file the settings name, read and checked (None: none named)."""
+    return load_web_config(config.web_config_file) if config.web_config_file else None
+
+
+def validate(config: Config) -> None:
+    """Every check of the endpoint's settings ``serve`` makes before it listens: the web
+    config file (a :class:`~otel_gpu.export.http.webconfig.WebConfigError` names the key)."""
+    web_config(config)
 
 LANDING = """<!DOCTYPE html>
 <html lang="en">

@@ -17,7 +17,7 @@ from opentelemetry.sdk.resources import Resource
 
 from otel_gpu.config import Config
 from otel_gpu.export.collected import CollectingReader
-from otel_gpu.export.naming import Profile, ProfileOptions, build_profiles
+from otel_gpu.export.naming import Profile, ProfileOptions, build_profiles, profile
 from otel_gpu.export.naming.exposition import Family, render
 from otel_gpu.export.naming.exposition import format_value as profile_value
 from otel_gpu.export.prometheus.cache import RenderCache
@@ -168,7 +168,11 @@ class PrometheusExporter:
         return True
 
     def validate(self) -> None:
-        """Nothing beyond the collectors and web config files, which the CLI reads."""
+        """Each naming profile's check of its options (the dcgm profile reads its counters
+        file here), so that a bad one stops ``serve`` and ``check`` before NVML opens; what
+        cannot be served is said once the body is built."""
+        for name in self.settings.naming:
+            profile(name).validate(self.settings.profiles)
 
     def prepare(self, resource: Resource) -> Sequence[Metric]:
         return ()
