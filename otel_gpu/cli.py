@@ -14,24 +14,23 @@ import errno
 import gc
 import json
 import logging
-import math
 import os
 import signal
 import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from otel_gpu import __version__
 from otel_gpu._log import configure as configure_logging
 from otel_gpu.config import CONFIG_ENV, OPTIONS, Config, Option, load, unknown_variables
 from otel_gpu.config.foreign import BY_FLAG
 from otel_gpu.errors import SetupError
+from otel_gpu.report import check_report, print_report
 
 if TYPE_CHECKING:
     from otel_gpu.sample.library import Nvml
-    from otel_gpu.snapshot import Snapshot
 
 log = logging.getLogger("otel_gpu")
 
@@ -316,76 +315,6 @@ def check(config: Config, fmt: str = "text") -> int:
     else:
         print_report(report)
     return EXIT_OK if snapshot.healthy_devices() else EXIT_NO_GPU
-
-
-def _number(value: float) -> int | float | None:
-    """A value as JSON writes it: whole numbers as integers, NaN and infinities as null."""
-    if not math.isfinite(value):
-        return None
-    return int(value) if float(value).is_integer() else value
-
-
-def check_report(snapshot: Snapshot) -> dict[str, Any]:
-    """What ``check`` says about one sample, as plain data: the text and the JSON are
-    both written from it, so they cannot say different things."""
-    from otel_gpu.instrument.catalog import CATALOG
-    from otel_gpu.instrument.schema import device_observations
-
-    devices = []
-    for sample in snapshot.devices:
-        dev = sample.device
-        holders = snapshot.pods.attribution.holders(dev.uuid) if snapshot.pods else ()
-        values = []
-        for metric in CATALOG:
-            if metric.describes_device:  # the device's own fields say it
-                continue
-            for value, attrs in device_observations(metric, sample):
-                if metric.name == "hw.status" and not value:
-                    continue
-                values.append({"metric": metric.name, "attributes": dict(attrs),
-                               "value": _number(value), "unit": metric.unit})
-        devices.append({
-            "index": dev.index, "uuid": dev.uuid, "name": dev.name,
-            "mig_profile": dev.mig_profile if dev.is_mig else None, "state": sample.state,
-            "held_by": [{"namespace": h.namespace, "pod": h.pod, "container": h.container,
-                         "replica": h.replica} for h in holders],
-            "hpc_jobs": [job.job_id for job in snapshot.series_jobs(dev.uuid)],
-            "error": sample.error, "hung": sample.hung, "values": values,
-        })
-    return {
-        "driver": snapshot.driver_version, "sample_seconds": snapshot.duration,
-        "notes": list(snapshot.notes), "problems": list(snapshot.errors), "devices": devices,
-    }
-
-
-def print_report(report: dict[str, Any]) -> None:
-    """``check``'s text: a summary line, the notes and problems, then each device."""
-    print(f"driver {report['driver'] or 'unknown'}; {len(report['devices'])} device(s); "
-          f"sample took {report['sample_seconds'] * 1000:.0f} ms")
-    for note in report["notes"]:
-        print(f"note: {note}")
-    for problem in report["problems"]:
-        print(f"problem: {problem}")
-    for dev in report["devices"]:
-        mig = f" MIG {dev['mig_profile']}" if dev["mig_profile"] is not None else ""
-        print(f"\nGPU {dev['index']}{mig}  {dev['uuid']}  {dev['name']}  state={dev['state']}")
-        for holder in dev["held_by"]:
-            replica = f" (replica {holder['replica']})" if holder["replica"] is not None else ""
-            print(f"  held by {holder['namespace']}/{holder['pod']}/{holder['container']}"
-                  f"{replica}")
-        for job in dev["hpc_jobs"]:
-            print(f"  used by HPC job {job}")
-        if dev["error"]:
-            print(f"  error: {dev['error']}")
-        if dev["hung"]:
-            print(f"  hung: {dev['hung']}")
-        for row in dev["values"]:
-            label = ",".join(f"{k}={v}" for k, v in row["attributes"].items())
-            name = f"{row['metric']}{{{label}}}" if label else row["metric"]
-            value = row["value"]
-            shown = ("nan" if value is None else f"{value}" if isinstance(value, int)
-                     else f"{value:.6g}")
-            print(f"  {name:<58} {shown} {row['unit']}")
 
 
 def _flags(parser: argparse.ArgumentParser) -> dict[str, bool]:

@@ -14,6 +14,7 @@ from otel_gpu.config import OPTIONS, ConfigError, load
 from otel_gpu.export.http.webconfig import WebConfigError
 from otel_gpu.export.naming.dcgm import CollectorsError
 from otel_gpu.export.otlp.transport import OtlpSetupError
+from otel_gpu.report import check_report, print_report
 from otel_gpu.sample.library import NvmlUnavailable
 from otel_gpu.sim import ScenarioError
 from tests.support.nvml import RefusingNvml
@@ -398,14 +399,14 @@ def test_check_json_names_pods_jobs_notes_and_problems(monkeypatch, capsys):
         devices=(SimpleNamespace(device=device, state="ok", error="lost", hung=None),),
         pods=SimpleNamespace(attribution=SimpleNamespace(holders=lambda uuid: (holder,))),
         series_jobs=lambda uuid: (SimpleNamespace(job_id="1234"),))
-    report = cli.check_report(snapshot)  # only what the report reads
+    report = check_report(snapshot)  # only what the report reads
     assert report["driver"] is None and report["notes"] == ["a note"]
     assert report["problems"] == ["a problem"]
     (dev,) = report["devices"]
     assert dev["held_by"] == [{"namespace": "ml", "pod": "train", "container": "main",
                                "replica": 2}]
     assert dev["hpc_jobs"] == ["1234"] and dev["error"] == "lost"
-    cli.print_report(report)
+    print_report(report)
     assert capsys.readouterr().out.splitlines() == [
         "driver unknown; 1 device(s); sample took 250 ms", "note: a note",
         "problem: a problem", "", "GPU 0  GPU-1  Tesla T4  state=ok",

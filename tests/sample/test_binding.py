@@ -7,7 +7,7 @@ import logging
 
 import yaml
 
-from otel_gpu.cli import check_report
+from otel_gpu.report import check_report
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import Sampler
 from otel_gpu.sim.scenario import PROFILES_DIR
