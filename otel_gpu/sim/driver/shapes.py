@@ -4,7 +4,7 @@ A scenario says what a GPU reads; a real driver also answers what no scenario
 said (SUCCESS with a NULL buffer, a list that grew between the size call and
 the fill call, all ones, a value past physics, a call that never returns). A
 :class:`Shape` is one such answer, generic over the symbols: it works on the
-ctypes arguments pynvml passes, found by their types (:func:`cells`), so the
+ctypes arguments pynvml passes, found by their types (:func:`.cells.cells`), so the
 same shape can be put on any symbol that has that kind of output.
 
 ``FakeNvml.answer_shape(symbol, shape, gpu=..., after=...)`` puts one on a
@@ -39,27 +39,16 @@ import ctypes
 import math
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from otel_gpu import nvml_abi as abi
 from otel_gpu.sim.driver._core import Fail
+from otel_gpu.sim.driver.cells import Cell, cells, is_list, list_buffer, list_count
 
 if TYPE_CHECKING:
     from otel_gpu.sim.driver._core import Symbol
 
-PROTOCOL = frozenset({
-    "version", "sensorType", "fieldId", "scopeId", "timestamp", "timeStamp", "latencyUsec",
-    "valueType", "nvmlReturn", "metricId", "numMetrics", "sample1", "sample2",
-    "procUtilArray", "processSamplesCount", "lastSeenTimeStamp", "metricInfo", "pid",
-    "gpuInstanceId", "computeInstanceId",
-})
-"""Struct members that frame a value (versions, ids, types, codes, timestamps, counts), not
-values: the value shapes leave them as the driver wrote them."""
-
-_INTS = "bBhHiIlLqQ"
-_FLOATS = "fd"
 _UNION_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 """A field value's union member per ``NVML_VALUE_TYPE_*`` (their order in nvml.h)."""
 _DOUBLE, _ULL, _SLL = (abi.NVML_VALUE_TYPE_DOUBLE, abi.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
@@ -72,140 +61,6 @@ EPOCH_US = 1_700_000_000_000_000
 
 class ShapeError(ValueError):
     """A shape's text that :func:`parse_shape` cannot read."""
-
-
-# --- what a call's arguments hold ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One value a call writes: a simple ctypes output, a struct member, or a field value's
-    union (``union``: the entry holding ``valueType`` and ``value``)."""
-
-    owner: Any
-    name: str | None
-    ctype: Any
-    union: bool = False
-
-    @property
-    def kind(self) -> str:
-        """``int``, ``uint``, ``double``, ``union`` or ``pointer``."""
-        if self.union:
-            return "union"
-        code = getattr(self.ctype, "_type_", None)
-        if isinstance(code, str) and code in _INTS:
-            return "uint" if code.isupper() else "int"
-        if isinstance(code, str) and code in _FLOATS:
-            return "double"
-        return "pointer"
-
-    def address(self) -> int:
-        base = ctypes.addressof(self.owner)
-        if self.name is None:
-            return base
-        return base + getattr(type(self.owner), self.name).offset
-
-    def size(self) -> int:
-        return ctypes.sizeof(self.ctype)
-
-
-def _type_code(ctype: Any) -> str:
-    """A simple ctypes type's struct code (``I`` for c_uint), empty for others."""
-    code = getattr(ctype, "_type_", "")
-    return code if isinstance(code, str) else ""
-
-
-def _outputs(args: tuple[Any, ...]) -> Iterator[Any]:
-    """The ctypes objects a call may write: ``byref`` targets and arrays passed as they are."""
-    for arg in args:
-        obj = getattr(arg, "_obj", None)
-        if obj is not None:
-            yield obj
-        elif isinstance(arg, ctypes.Array):
-            yield arg
-
-
-def _is_struct(obj: Any) -> bool:
-    return isinstance(obj, (ctypes.Structure, ctypes.Union))
-
-
-def _walk(obj: Any, out: list[Cell], top: bool) -> None:
-    if isinstance(obj, ctypes.Array):
-        if len(obj) and _is_struct(obj[0]):
-            for item in obj:
-                _walk(item, out, False)
-        return  # an array of plain values is text (a name, a UUID)
-    if _is_struct(obj):
-        fields = {f[0]: f[1] for f in getattr(type(obj), "_fields_", ())}
-        if int(getattr(obj, "nvmlReturn", 0) or 0) != abi.NVML_SUCCESS:
-            return  # an entry the driver failed holds no value
-        counts = [name for name in fields if name.endswith("Count")]
-        for name, ctype in fields.items():
-            if name == "value" and "valueType" in fields and issubclass(ctype, ctypes.Union):
-                out.append(Cell(obj, name, ctype, union=True))
-            elif isinstance(ctype, type) and issubclass(ctype, ctypes._Pointer) and counts:
-                rows = getattr(obj, name)
-                if rows:  # a pointer to entries, as long as the count beside it says
-                    for i in range(int(getattr(obj, counts[0]))):
-                        _walk(rows[i], out, False)
-            elif name in PROTOCOL:
-                continue
-            elif isinstance(ctype, type) and issubclass(ctype, (ctypes.Structure, ctypes.Union,
-                                                                ctypes.Array)):
-                _walk(getattr(obj, name), out, False)  # an array: of entries, or text
-            elif (isinstance(ctype, type) and issubclass(ctype, ctypes._SimpleCData)
-                  and _type_code(ctype) in _INTS + _FLOATS):
-                out.append(Cell(obj, name, ctype))
-        return
-    if isinstance(obj, ctypes._SimpleCData) and _type_code(type(obj)) in _INTS + _FLOATS:
-        out.append(Cell(obj, None, type(obj)))
-    elif top and isinstance(obj, (ctypes._Pointer, ctypes.c_void_p)):
-        out.append(Cell(obj, None, type(obj)))  # a handle the call hands out
-
-
-def cells(args: tuple[Any, ...]) -> list[Cell]:
-    """Every value the call's outputs hold, for the value shapes to overwrite."""
-    out: list[Cell] = []
-    for obj in _outputs(args):
-        _walk(obj, out, True)
-    return out
-
-
-def _count_cell(args: tuple[Any, ...]) -> tuple[Any, str | None] | None:
-    """A list call's count: a ``byref`` unsigned int, or a struct's ``*Count`` member."""
-    for obj in _outputs(args):
-        if isinstance(obj, ctypes.c_uint):
-            return obj, None
-    for obj in _outputs(args):
-        if isinstance(obj, ctypes.Structure):
-            for name, *_ in obj._fields_:
-                if name.endswith("Count"):
-                    return obj, name
-    return None
-
-
-def _rows(args: tuple[Any, ...], count: int) -> tuple[Any, int] | None:
-    """A list call's buffer and its capacity; None for the size query (a NULL buffer)."""
-    for arg in args:
-        if isinstance(arg, ctypes.Array):
-            return arg, len(arg)
-    for obj in _outputs(args):
-        if isinstance(obj, ctypes.Structure):
-            for name, ctype, *_ in obj._fields_:
-                if issubclass(ctype, ctypes._Pointer) and getattr(obj, name):
-                    return getattr(obj, name), count  # pynvml sized it by the count
-    return None
-
-
-def is_list(args: tuple[Any, ...]) -> bool:
-    """Whether the call is a list's two-call protocol: a count and a buffer, maybe NULL."""
-    if _count_cell(args) is None:
-        return False
-    if any(arg is None or isinstance(arg, ctypes.Array) for arg in args):
-        return True
-    return any(isinstance(obj, ctypes.Structure)
-               and any(issubclass(c, ctypes._Pointer) for _, c, *_ in obj._fields_)
-               for obj in _outputs(args))
 
 
 @dataclass(frozen=True)
@@ -231,9 +86,6 @@ class Signature:
     @property
     def doubles(self) -> bool:
         return bool(self.kinds & {"double", "union"})
-
-
-# --- the shapes --------------------------------------------------------------------------
 
 
 class Shape:
@@ -369,7 +221,7 @@ def _fill_row(row: Any, i: int, sample: int) -> None:
 
 class _ListShape(Shape):
     def _count(self, args: tuple[Any, ...]) -> tuple[Any, str | None]:
-        found = _count_cell(args)
+        found = list_count(args)
         if found is None:
             raise Fail(abi.NVML_ERROR_INVALID_ARGUMENT)  # not a list call
         return found
@@ -411,7 +263,7 @@ class Entries(_ListShape):
 
     def _answer(self, symbol: Symbol, args: tuple[Any, ...]) -> Any:
         count = self._count(args)
-        buffer = _rows(args, self._get(count))
+        buffer = list_buffer(args, self._get(count))
         if buffer is None:  # the size query
             self._put(count, self.n)
             return abi.NVML_SUCCESS if self.n == 0 else abi.NVML_ERROR_INSUFFICIENT_SIZE
@@ -434,7 +286,7 @@ class Resized(_ListShape):
 
     def _answer(self, symbol: Symbol, args: tuple[Any, ...]) -> Any:
         count = self._count(args)
-        buffer = _rows(args, self._get(count))
+        buffer = list_buffer(args, self._get(count))
         if buffer is None:
             self._put(count, self.first)
             return (abi.NVML_SUCCESS if self.first == 0
