@@ -1,5 +1,5 @@
 """The test suite's own layout: doubles in ``tests/support``, no test importing another,
-and every test able to fail.
+and every test able to fail; and every runtime module short enough to be read whole.
 
 Read from the source (``ast``), so a break is named by file and line before any test of it
 runs. A class that has to stay in a test module goes in :data:`ROWS`, with its reason.
@@ -31,6 +31,14 @@ DOUBLE_BASES = {
 
 CHECKS = {"raises", "fail", "warns", "deprecated_call", "skip", "importorskip", "xfail"}
 """``pytest.<name>`` calls that make a test able to fail (or say why it did not run)."""
+
+MAX_LINES = 500
+"""The most lines a runtime module may have: past it, it holds more than one job."""
+TABLES = {
+    "otel_gpu/instrument/catalog.py": "the catalog: one row per metric, read as a table",
+    "otel_gpu/nvml_abi.py": "nvml.h's numbers: one constant a line, read as a table",
+}
+"""Runtime modules allowed past :data:`MAX_LINES`, each with its reason."""
 
 
 def _modules() -> list[Path]:
@@ -196,3 +204,37 @@ def test_the_slow_marker_covers_every_long_run_and_names_real_places():
     long_runs = [_rel(p) for p in _test_modules()
                  if any(word in p.name for word in ("benchmark", "soak", "scale"))]
     assert long_runs and [rel for rel in long_runs if not rel.startswith(slow)] == []
+
+
+def oversized(package: Path) -> list[str]:
+    """The modules under ``package`` (tables aside) longer than :data:`MAX_LINES`."""
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        rel = _rel(path)
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if rel not in TABLES and lines > MAX_LINES:
+            out.append(f"{rel}: {lines} lines (at most {MAX_LINES}: split it by job)")
+    return out
+
+
+def test_no_runtime_module_outgrows_the_limit():
+    """A module past the limit is named, with its length; the others are not listed."""
+    breaks = oversized(ROOT / "otel_gpu")
+    assert breaks == [], "\n".join(breaks)
+
+
+def test_every_table_exemption_is_still_needed():
+    tables = [ROOT / rel for rel in TABLES]
+    assert [p for p in tables if len(p.read_text(encoding="utf-8").splitlines()) <= MAX_LINES] \
+        == []
+
+
+def test_the_size_check_names_only_the_long_modules(tmp_path, monkeypatch):
+    package = tmp_path / "otel_gpu"
+    (package / "sub").mkdir(parents=True)
+    (package / "sub" / "long.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    (package / "short.py").write_text("x = 1\n" * MAX_LINES)
+    (package / "nvml_abi.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    assert oversized(package) == [
+        f"otel_gpu/sub/long.py: {MAX_LINES + 1} lines (at most {MAX_LINES}: split it by job)"]
