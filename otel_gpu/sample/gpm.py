@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import logging
 import math
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from otel_gpu import nvml_abi as abi
+from otel_gpu._clock import SYSTEM, Clock
 from otel_gpu._log import LogLimiter
 from otel_gpu.sample.containment import ReaderFailures
 from otel_gpu.sample.library import Nvml, Outcome, Result, classify, error_name
@@ -112,7 +112,7 @@ class GpmCollector:
         sources: Iterable[Source],
         *,
         retry_every: int = RETRY_EVERY,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM,
         failures: ReaderFailures | None = None,
     ) -> None:
         self._nvml = nvml

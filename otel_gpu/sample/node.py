@@ -24,6 +24,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from otel_gpu._clock import Clock
 from otel_gpu._log import LogLimiter
 from otel_gpu.sample.containment import ReaderFailures, describe
 from otel_gpu.sample.library import Nvml, Outcome, Result
@@ -45,7 +46,7 @@ class NodeCalls:
 
     def __init__(self, nvml: Nvml, workers: Workers, topology: Topology, xid: XidEvents,
                  failures: ReaderFailures, *, timeout: float,
-                 clock: Callable[[], float]) -> None:
+                 clock: Clock) -> None:
         self._nvml = nvml
         self._m = nvml.module
         self._workers = workers

@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from types import ModuleType
 
+from otel_gpu._clock import SYSTEM, Clock
 from otel_gpu._log import LogLimiter
 from otel_gpu.sample.containment import ReaderFailures
 from otel_gpu.sample.device import Tracked
@@ -34,7 +34,7 @@ class Outcomes:
     (and lowered) by the sampler thread at its next discovery. ``failures`` counts the
     readers' unexpected failures (any thread)."""
 
-    def __init__(self, module: ModuleType, *, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, module: ModuleType, *, clock: Clock = SYSTEM,
                  failures: ReaderFailures | None = None) -> None:
         self._m = module
         self.failures = ReaderFailures(clock) if failures is None else failures

@@ -18,12 +18,12 @@ the scrape path calls into here.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
 from types import MappingProxyType
 
+from otel_gpu._clock import SYSTEM, Clock
 from otel_gpu._log import LogLimiter
 from otel_gpu.sample.batch import FieldReads
 from otel_gpu.sample.calls import CallReads
@@ -47,29 +47,30 @@ log = logging.getLogger(__name__)
 
 
 class Sampler:
-    """Reads every GPU and MIG instance once per :meth:`sample` call."""
+    """Reads every GPU and MIG instance once per :meth:`sample` call.
+
+    ``clock`` is the one :class:`~otel_gpu._clock.Clock` every stage reads (a plain
+    function: its monotonic time, the system's wall clock and sleep beside it).
+    """
 
     def __init__(
         self,
         nvml: Nvml,
         sources: Iterable[Source],
         *,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
+        clock: Clock | Callable[[], float] = SYSTEM,
         max_events: int = 256,
         rediscover_every: int = 60,
         read_timeout: float = 5.0,
         sysfs_root: Path | None = None,
         process_usage: bool = False,
         gpm_window: float = WINDOW,
-        sleep: Callable[[float], None] = time.sleep,
         workers: Workers | None = None,
     ) -> None:
         self._nvml = nvml
         self._m = nvml.module
         sources = tuple(sources)
-        self._clock = clock
-        self._wall = wall_clock
+        self._clock = clock = Clock.of(clock)
         self._rediscover_every = max(1, rediscover_every)
         self._read_timeout = read_timeout
         self._failures = ReaderFailures(clock)
@@ -82,9 +83,8 @@ class Sampler:
         self._failures.expect(["fields", "calls", *self._calls.names, "gpm", "discovery"]
                               + (list(self._procs.names) if self._procs else []))
         self._gpm_window = min(max(0.0, gpm_window), 1.0)
-        self._sleep = sleep
         self._bounds = Bounds(sources)
-        self._xid = XidEvents(nvml, max_events=max_events, clock=clock, wall_clock=wall_clock)
+        self._xid = XidEvents(nvml, max_events=max_events, clock=clock)
         self._workers = Workers(clock) if workers is None else workers
         self._topology = Topology(Discovery(nvml, sysfs_root=sysfs_root), self._workers,
                                   self._xid, timeout=read_timeout, release=self._release_gpm,
@@ -136,7 +136,7 @@ class Sampler:
         finished = self._clock()
         return Snapshot(
             seq=self._seq,
-            taken_at=self._wall(),
+            taken_at=self._clock.wall(),
             taken_monotonic=finished,
             duration=finished - started,
             driver_version=self._topology.driver_version,
@@ -211,7 +211,7 @@ class Sampler:
             self._failures.record(groups[index][0].label(), "gpm", describe(error), error)
         left = self._gpm_window - (self._clock() - started)
         if any(taken.values()) and left > 0:
-            self._sleep(left)
+            self._clock.sleep(left)
 
     def _prime_group(self, group: list[Tracked], worker: DeviceWorker) -> bool:
         return any([self._gpm.prime(t, worker) for t in group])

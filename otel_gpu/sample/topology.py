@@ -12,11 +12,11 @@ dropped.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
+from otel_gpu._clock import SYSTEM, Clock
 from otel_gpu._log import LogLimiter
 from otel_gpu.sample.containment import ReaderFailures, describe
 from otel_gpu.sample.device import Tracked
@@ -35,7 +35,7 @@ class Topology:
 
     def __init__(self, discovery: Discovery, workers: Workers, xid: XidEvents, *,
                  timeout: float, release: Callable[[Tracked], None],
-                 clock: Callable[[], float] = time.monotonic,
+                 clock: Clock = SYSTEM,
                  failures: ReaderFailures | None = None) -> None:
         self.discovery = discovery
         """What looks GPUs up (the node's calls read the driver version through it too)."""

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+from otel_gpu._clock import SYSTEM, Clock
 from otel_gpu._log import LogLimiter
 from otel_gpu.sample.device import Tracked
 from otel_gpu.sample.library import Nvml, Result
@@ -49,12 +49,11 @@ class XidEvents:
     """The node's XID event set and what it delivered."""
 
     def __init__(self, nvml: Nvml, *, max_events: int = 256,
-                 clock: Callable[[], float] = time.monotonic,
-                 wall_clock: Callable[[], float] = time.time) -> None:
+                 clock: Clock = SYSTEM) -> None:
         self._nvml = nvml
         self._m = nvml.module
         self._max_events = max_events
-        self._wall = wall_clock
+        self._wall = clock.wall
         self._event_set: Any = None
         self._limited = LogLimiter(log, 300.0, clock=clock)
         self._storm = LogLimiter(log, LOG_EVERY, clock=clock)

@@ -7,6 +7,7 @@ import logging
 import pytest
 
 from otel_gpu import sim
+from otel_gpu._clock import Clock
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import Sampler
 from tests.support.drivers import FailsSampleTwo, TimedGpm, WithoutGpm
@@ -42,7 +43,7 @@ def test_the_first_sample_has_the_scenarios_values_from_a_primed_window(driver):
     lib, _ = driver("h100x8")
     slept: list[float] = []
     now = [100.0]
-    sampler = Sampler(Nvml(), SOURCES, clock=lambda: now[0], sleep=slept.append,
+    sampler = Sampler(Nvml(), SOURCES, clock=Clock(lambda: now[0], sleep=slept.append),
                       gpm_window=0.1)
     first = sampler.sample()
     # one window waited, once: the priming sample of each GPU, then the reads that pair it
@@ -70,13 +71,13 @@ def test_the_window_counts_from_the_priming_sample(driver):
     lib, _ = driver("h100x8", TimedGpm)
     lib.step = 0.004
     slept: list[float] = []
-    sampler = Sampler(Nvml(), SOURCES, clock=lambda: lib.clock[0], sleep=slept.append,
+    sampler = Sampler(Nvml(), SOURCES, clock=Clock(lambda: lib.clock[0], sleep=slept.append),
                       gpm_window=0.1)
     sampler.sample()
     assert slept == [pytest.approx(0.1 - 8 * 0.004)]
     driver("a100-mig")
     slept.clear()
-    sampler = Sampler(Nvml(), SOURCES, sleep=slept.append, gpm_window=0.1)
+    sampler = Sampler(Nvml(), SOURCES, clock=Clock(sleep=slept.append), gpm_window=0.1)
     sampler.sample()
     assert slept == []  # no device took a priming sample: nothing to wait for
 

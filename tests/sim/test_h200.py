@@ -9,6 +9,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
+from otel_gpu._clock import Clock
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import Sampler
 from tests.sim.helpers import handles, next_sample
@@ -91,7 +92,7 @@ def h200(fake_nvml):
     fake_nvml("h200", sleep=sleeps.append)
     nvml = Nvml()
     nvml.init()
-    sampler = Sampler(nvml, SOURCES, gpm_window=0.0, sleep=lambda _: None)
+    sampler = Sampler(nvml, SOURCES, gpm_window=0.0, clock=Clock(sleep=lambda _: None))
     yield sampler, sleeps
     sampler.close()
 

@@ -19,6 +19,7 @@ import pynvml
 import pytest
 
 from otel_gpu import sim
+from otel_gpu._clock import Clock
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.readers import (
     COMPUTE_PROCESSES,
@@ -212,7 +213,7 @@ def new_sampler() -> Sampler:
     nvml = Nvml()
     nvml.init()
     return Sampler(nvml, SOURCES, process_usage=True, gpm_window=0.0,
-                   read_timeout=READ_TIMEOUT, sleep=lambda _: None)
+                   read_timeout=READ_TIMEOUT, clock=Clock(sleep=lambda _: None))
 
 
 def load_scenario() -> sim.Scenario:

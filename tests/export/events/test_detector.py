@@ -6,6 +6,7 @@ from types import MappingProxyType
 
 import pytest
 
+from otel_gpu._clock import Clock
 from otel_gpu.export.events import records as ev
 from otel_gpu.export.events.detector import EventDetector
 from otel_gpu.export.naming import xid as xids
@@ -307,7 +308,7 @@ def test_the_sampler_hands_each_xid_on_once_with_its_mig_ids(fake_nvml):
     """)
     nvml = Nvml()
     nvml.init()
-    sampler = Sampler(nvml, SOURCES, wall_clock=lambda: 4242.0)
+    sampler = Sampler(nvml, SOURCES, clock=Clock(wall=lambda: 4242.0))
     try:
         assert sampler.sample().devices[0].xid_events == ()
         gpu, mig = sampler.sample().devices
