@@ -17,6 +17,7 @@ from otel_gpu.export.otlp.transport import OtlpSetupError
 from otel_gpu.report import check_report, print_report
 from otel_gpu.sample.library import NvmlUnavailable
 from otel_gpu.sim import ScenarioError
+from tests.support.configs import help_invocation
 from tests.support.nvml import RefusingNvml
 
 
@@ -32,13 +33,13 @@ def test_every_setting_is_a_flag_with_its_rows_metavar_and_help(capsys, monkeypa
     monkeypatch.setenv("COLUMNS", "1000")  # no wrapping: argparse may break lines at a hyphen
     text = _help(capsys, *command)
     for option in OPTIONS:
-        flags = ", ".join(f"{flag} {option.metavar}" for flag in option.flags)
+        flags = help_invocation(option.flags, option.metavar)
         if command == ("check",) and option.serve_only:
             assert f"{option.flag} " not in text, option.key
             continue
         assert flags in text, option.key
         assert " ".join(cli.help_text(option).split()) in text, option.key
-    assert "-f CSV, --collectors CSV" in text
+    assert help_invocation(("-f", "--collectors"), "CSV") in text
 
 
 @pytest.mark.parametrize("command", [(), ("serve",), ("check",)])

@@ -28,7 +28,7 @@ from otel_gpu.config import (
 )
 from otel_gpu.errors import SetupError
 from otel_gpu.export.http.webconfig import load_web_config
-from tests.support.configs import ToyConfig
+from tests.support.configs import ToyConfig, help_invocation
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -182,7 +182,8 @@ def test_a_new_field_is_a_flag_a_variable_a_file_key_and_a_row(monkeypatch, tmp_
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "-T COUNT, --toy-limit COUNT a toy setting for this test" in help_text
+    assert help_invocation(("-T", "--toy-limit"), "COUNT") + " a toy setting for this test" \
+        in help_text
     assert "$OTEL_GPU_TOY_LIMIT; default 3" in help_text
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["check", "--help"])
