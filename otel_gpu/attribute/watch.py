@@ -6,10 +6,8 @@ an immutable state, or raises :class:`Unanswered` saying why in one line. The
 
 - asks on a daemon thread (:class:`Loop`) every ``interval``, never on a
   scrape; readers only read :attr:`SocketWatch.state`, which is lock-free;
-- looks at the socket first (:func:`look`): no socket, no call (so a source may
-  connect, and import its client, only once there is one), and one line when it
-  comes or goes (in the source's words, :class:`Lines`); a socket absent since
-  the start is said again, rate-limited, once the grace period is over;
+- looks at the socket first (:func:`look`): no socket, no call, and one line
+  when it comes or goes (in the source's words, :class:`Lines`);
 - after a failed call waits an exponential backoff with full jitter
   (:func:`backoff`), with one line per kind of failure at most every
   ``log_interval``;
@@ -103,8 +101,7 @@ class Lines:
 
     Each line is a %-template with named fields, of which it uses any: ``path``,
     ``interval``, ``grace`` (seconds), ``reason``, ``delay`` (seconds until the next
-    try), ``failures``, ``elapsed`` (seconds since failures started; in
-    :attr:`still_absent`, a :func:`span`) and, in :attr:`directory`, ``hint``.
+    try), ``failures`` and ``elapsed`` (seconds since failures started).
     """
 
     what: str
@@ -123,13 +120,6 @@ class Lines:
     """WARNING, once: something that is not a socket at the first look (None: said as absent)."""
     first: str | None = None
     """INFO: the socket is there at the first look (None: nothing said)."""
-    directory: str | None = None
-    """WARNING, once: a directory at the first look (None: said as :attr:`not_socket`), with
-    ``hint`` (:meth:`SocketWatch.directory_hint`)."""
-    still_absent: str | None = None
-    """WARNING, rate-limited: no socket since the start, past the grace period (None: none)."""
-    socket: str = "socket"
-    """What the outage reasons call the socket (``kubelet socket``)."""
     started: str | None = None
     """INFO: the thread starts (None: nothing said)."""
 
@@ -198,10 +188,9 @@ class SocketWatch(Generic[S, K]):
     With ``off_without_socket`` the state is ``initial`` whenever there is no socket
     (the source is not there: nothing to join); without, a missing socket is a failed
     poll that is neither counted nor backed off (a kubelet restart removes its
-    socket; absent since the start, it is said again at most every ``absent_every``
-    past the grace period). ``on_update`` is told of a new state where
-    ``changed(old, new)``. The source reports its requests with :meth:`count`.
-    ``clock`` and ``random`` (uniform in [0, 1)) are injectable for tests.
+    socket). ``on_update`` is told of a new state where ``changed(old, new)``. The
+    source reports its requests with :meth:`count`. ``clock`` (monotonic seconds) and
+    ``random`` (uniform in [0, 1)) are injectable so tests drive time and jitter.
     """
 
     def __init__(
@@ -223,7 +212,6 @@ class SocketWatch(Generic[S, K]):
         clock: Callable[[], float] = time.monotonic,
         random: Callable[[], float] = _random.random,
         log_interval: float = 60.0,
-        absent_every: float = 600.0,
         on_update: Callable[[S], None] | None = None,
         changed: Callable[[S, S], bool] = operator.ne,
     ) -> None:
@@ -244,7 +232,6 @@ class SocketWatch(Generic[S, K]):
         self._random = random
         self._log = log
         self._limiter = LogLimiter(log, log_interval, clock=clock)
-        self._absent_log = LogLimiter(log, absent_every, clock=clock)
         self._on_update = on_update
         self._changed = changed
         # Published together: (state, monotonic time failures started or None).
@@ -253,7 +240,6 @@ class SocketWatch(Generic[S, K]):
         # The poll's own (one poll at a time, under _poll_lock).
         self._poll_lock = threading.Lock()
         self._presence: Presence | None = None
-        self._seen = False  # the socket was there once: an absence is no longer said again
         self._away_said = False
         self._dropped_said = False
         # Self-metrics, copied out under _stats_lock.
@@ -271,7 +257,6 @@ class SocketWatch(Generic[S, K]):
         Lock-free and cheap: read on every sample."""
         state, failing_since = self._current
         if (failing_since is not None and state is not self._empty
-                and state is not self._initial
                 and self.clock() - failing_since >= self.grace_period):
             return self._empty
         return state
@@ -295,11 +280,6 @@ class SocketWatch(Generic[S, K]):
     @property
     def last_success(self) -> float | None:
         return self._last_success
-
-    @property
-    def presence(self) -> Presence | None:
-        """What the last look found at the path; None until the first."""
-        return self._presence
 
     @property
     def socket_present(self) -> bool | None:
@@ -327,7 +307,7 @@ class SocketWatch(Generic[S, K]):
         if elapsed < self.grace_period:
             return None
         if presence is Presence.ABSENT:
-            return f"no {self.lines.socket} at {self.socket_path} for {span(elapsed)}"
+            return f"no socket at {self.socket_path} for {span(elapsed)}"
         return f"{self.lines.what} at {self.socket_path} unanswered for {span(elapsed)}"
 
     def count(self, key: K) -> None:
@@ -384,7 +364,6 @@ class SocketWatch(Generic[S, K]):
                 self._current = (self._initial, None)
             else:
                 self._failing(counted=False)
-                self._still_absent()
             return False, None
         try:
             state = self._fetch()
@@ -435,14 +414,13 @@ class SocketWatch(Generic[S, K]):
         state, failing_since = self._current
         if failing_since is None:
             failing_since = now
-        if counted and state is self._initial:  # there, but not answering: no names to keep
+        if state is self._initial:  # there, but not answering: no names to keep
             state = self._empty
         with self._stats_lock:
             if counted:
                 self._failures += 1
             failures = self._failures
-        if (state is not self._empty and state is not self._initial
-                and now - failing_since >= self.grace_period):
+        if state is not self._empty and now - failing_since >= self.grace_period:
             state = self._empty
             if not self._dropped_said:
                 self._dropped_said = True
@@ -452,19 +430,6 @@ class SocketWatch(Generic[S, K]):
             self._next_delay = backoff(failures, self.backoff_base, self.backoff_cap,
                                        self._random())
 
-    def _still_absent(self) -> None:
-        """The rate-limited line for a socket absent since the start, past the grace period."""
-        since = self._current[1]
-        elapsed = -1.0 if since is None else self.clock() - since
-        if (not self._seen and self._presence is Presence.ABSENT
-                and self.lines.still_absent is not None and elapsed >= self.grace_period):
-            self._absent_log.log("absent", logging.WARNING, self.lines.still_absent,
-                                 self._fields(elapsed=span(elapsed)))
-
-    def directory_hint(self) -> str:
-        """What :attr:`Lines.directory` adds about the directory's content (a source's)."""
-        return ""
-
     def _look(self) -> Presence:
         """What is at the path; one line when that changes (see :class:`Lines`)."""
         now = look(self.socket_path)
@@ -473,17 +438,13 @@ class SocketWatch(Generic[S, K]):
             return now
         lines, fields = self.lines, self._fields()
         if now is Presence.PRESENT:
-            self._seen = True
             line = lines.first if before is None else lines.back if self._away_said else None
             self._away_said = False
             if line is not None:
                 self._log.info(line, fields)
         elif before is None:
             self._away_said = True
-            if (now is Presence.NOT_SOCKET and lines.directory is not None
-                    and os.path.isdir(self.socket_path)):
-                self._log.warning(lines.directory, self._fields(hint=self.directory_hint()))
-            elif now is Presence.NOT_SOCKET and lines.not_socket is not None:
+            if now is Presence.NOT_SOCKET and lines.not_socket is not None:
                 self._log.warning(lines.not_socket, fields)
             else:
                 self._log.info(lines.absent, fields)
