@@ -6,9 +6,11 @@ through a real Collector (rotel, from PyPI) on the example's port and protocol."
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import socket
 import subprocess
+import sysconfig
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -168,6 +170,18 @@ def _rotel() -> Path:
     return Path(spec.origin).parent / "rotel-agent"
 
 
+def _rotel_env() -> dict[str, str]:
+    """rotel-agent links against this Python's libpython: where the interpreter's own
+    library directory is not on the loader's path (a Python built into a prefix of its own),
+    it is added."""
+    env = dict(os.environ)
+    libdir = sysconfig.get_config_var("LIBDIR")
+    if libdir:
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(
+            p for p in (env.get("LD_LIBRARY_PATH", ""), libdir) if p)
+    return env
+
+
 @pytest.mark.parametrize("name", sorted(ENVS))
 def test_the_example_as_written_reaches_a_real_collector(tmp_path, name):
     """otel-gpu with the example's settings pushes to rotel (a real OTLP Collector) on the
@@ -187,7 +201,7 @@ def test_the_example_as_written_reaches_a_real_collector(tmp_path, name):
              "--otlp-exporter-endpoint", downstream.grpc_endpoint,
              "--batch-timeout", "100ms",
              "--pid-file", str(tmp_path / "rotel.pid"), "--log-file", str(tmp_path / "rotel.log")],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_rotel_env())
         collector = CollectorProcess(
             ["serve", "--simulate", "t4", "--listen", "127.0.0.1:0", "--interval", "0.5",
              "--otlp-interval", "1s"],

@@ -382,7 +382,8 @@ def test_http_tls(certs: CertBundle, exporters: SdkExporters) -> None:
 
 
 def test_http_certificate_file_loses_to_requests_ca_bundle(
-    certs: CertBundle, exporters: SdkExporters, monkeypatch: pytest.MonkeyPatch
+    certs: CertBundle, foreign_certs: CertBundle, exporters: SdkExporters,
+    monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Trap for collector tests: requests prefers REQUESTS_CA_BUNDLE over the exporter's CA.
 
@@ -395,7 +396,9 @@ def test_http_certificate_file_loses_to_requests_ca_bundle(
         r.startswith("opentelemetry-exporter-http-transport[requests]") and "extra ==" not in r
         for r in importlib.metadata.requires("opentelemetry-exporter-otlp-proto-http") or ())
     with OtlpReceiver.with_tls(certs, grpc=False) as rx:
-        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(certs.server_cert))  # not the CA
+        # another CA: from Python 3.13 on, a bundle holding the server's own certificate
+        # is trusted as a partial chain
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(foreign_certs.ca_cert))
         exporter = exporters.http(rx, certificate_file=str(certs.ca_cert), timeout=0.5)
 
         if through_requests:
