@@ -108,6 +108,31 @@ class NodeChecks(Checks):
                 self.fail(p, f"duplicate {what} (also {seen[key]})")
             seen[key] = p
 
+        def container(cp: str, c: Any, scope: tuple[str, ...], seed: str,
+                      gpus: tuple[GpuSpec, ...] | None = None) -> ContainerSpec:
+            """A pod's container (``gpus`` given: it may hold devices) or one outside
+            Kubernetes (the runtime defaults to docker); ``seed`` makes its default id."""
+            self.keys(ContainerSpec, cp, c, exclude=() if gpus is not None else ("devices",))
+            cname = self.k8s_name(f"{cp}.name", c["name"])
+            unique(cp, (*scope, cname), f"container {cname}")
+            if "id" in c:
+                cid = self.string(f"{cp}.id", c["id"])
+                if not _CONTAINER_ID.match(cid):
+                    self.fail(f"{cp}.id", f"expected 64 lowercase hex digits, got {show(cid)}")
+            else:
+                cid = hashlib.sha256(f"{seed}{cname}".encode()).hexdigest()
+            unique(f"{cp}.id", ("id", cid), f"container id {cid}")
+            runtime = c.get("runtime", layout["runtime"] if gpus is not None else "docker")
+            return ContainerSpec(
+                name=cname, id=cid, pids=claim_pids(f"{cp}.pids", c.get("pids", [])),
+                cgroup=self.choice(f"{cp}.cgroup", c.get("cgroup", layout["cgroup"]),
+                                   CGROUP_VERSIONS),
+                driver=self.choice(f"{cp}.driver", c.get("driver", layout["driver"]),
+                                   CGROUP_DRIVERS),
+                runtime=self.choice(f"{cp}.runtime", runtime, RUNTIMES),
+                devices=(self.kubelet_devices(f"{cp}.devices", c.get("devices", []), gpus)
+                         if gpus is not None else ()))
+
         for i, item in enumerate(self.sequence(f"{path}.pods", raw.get("pods", []))):
             p = f"{path}.pods[{i}]"
             self.keys(PodSpec, p, item)
@@ -122,50 +147,14 @@ class NodeChecks(Checks):
             else:
                 uid = str(uuidlib.uuid5(UUID_NAMESPACE, f"{scenario}/{namespace}/{name}"))
             unique(f"{p}.uid", ("uid", uid), f"pod uid {uid}")
-            containers = []
-            for j, c in enumerate(self.sequence(f"{p}.containers", item.get("containers", []))):
-                cp = f"{p}.containers[{j}]"
-                self.keys(ContainerSpec, cp, c)
-                cname = self.k8s_name(f"{cp}.name", c["name"])
-                unique(cp, ("container", uid, cname), f"container {cname}")
-                if "id" in c:
-                    cid = self.string(f"{cp}.id", c["id"])
-                    if not _CONTAINER_ID.match(cid):
-                        self.fail(f"{cp}.id", f"expected 64 lowercase hex digits, got {show(cid)}")
-                else:
-                    cid = hashlib.sha256(f"{uid}/{cname}".encode()).hexdigest()
-                unique(f"{cp}.id", ("id", cid), f"container id {cid}")
-                containers.append(ContainerSpec(
-                    name=cname, id=cid, pids=claim_pids(f"{cp}.pids", c.get("pids", [])),
-                    cgroup=self.choice(f"{cp}.cgroup", c.get("cgroup", layout["cgroup"]),
-                                       CGROUP_VERSIONS),
-                    driver=self.choice(f"{cp}.driver", c.get("driver", layout["driver"]),
-                                       CGROUP_DRIVERS),
-                    runtime=self.choice(f"{cp}.runtime", c.get("runtime", layout["runtime"]),
-                                        RUNTIMES),
-                    devices=self.kubelet_devices(f"{cp}.devices", c.get("devices", []), gpus),
-                ))
+            containers = [
+                container(f"{p}.containers[{j}]", c, ("container", uid), f"{uid}/",
+                          gpus=gpus)
+                for j, c in enumerate(self.sequence(f"{p}.containers", item.get("containers", [])))]
             pods.append(PodSpec(namespace, name, uid,
                                 self.choice(f"{p}.qos", item.get("qos", "burstable"), QOS_CLASSES),
                                 tuple(containers)))
-        outside = []
-        for j, c in enumerate(self.sequence(f"{path}.containers", raw.get("containers", []))):
-            cp = f"{path}.containers[{j}]"
-            self.keys(ContainerSpec, cp, c, exclude=("devices",))
-            cname = self.k8s_name(f"{cp}.name", c["name"])
-            unique(cp, ("outside", cname), f"container {cname}")
-            if "id" in c:
-                cid = self.string(f"{cp}.id", c["id"])
-                if not _CONTAINER_ID.match(cid):
-                    self.fail(f"{cp}.id", f"expected 64 lowercase hex digits, got {show(cid)}")
-            else:
-                cid = hashlib.sha256(f"{scenario}/{cname}".encode()).hexdigest()
-            unique(f"{cp}.id", ("id", cid), f"container id {cid}")
-            outside.append(ContainerSpec(
-                name=cname, id=cid, pids=claim_pids(f"{cp}.pids", c.get("pids", [])),
-                cgroup=self.choice(f"{cp}.cgroup", c.get("cgroup", layout["cgroup"]),
-                                   CGROUP_VERSIONS),
-                driver=self.choice(f"{cp}.driver", c.get("driver", layout["driver"]),
-                                   CGROUP_DRIVERS),
-                runtime=self.choice(f"{cp}.runtime", c.get("runtime", "docker"), RUNTIMES)))
+        outside = [container(f"{path}.containers[{j}]", c, ("outside",), f"{scenario}/")
+                   for j, c in enumerate(self.sequence(f"{path}.containers",
+                                                       raw.get("containers", [])))]
         return NodeSpec(tuple(pods), host, containers=tuple(outside), **layout)
