@@ -52,12 +52,7 @@ class GpuFabricInfoV3(ctypes.Structure):
     """``nvmlGpuFabricInfo_v3_t``: the health summary added (R570)."""
 
     _fields_ = [
-        ("version", ctypes.c_uint),
-        ("clusterUuid", ctypes.c_ubyte * abi.NVML_GPU_FABRIC_UUID_LEN),
-        ("status", ctypes.c_uint),
-        ("cliqueId", ctypes.c_uint),
-        ("state", ctypes.c_ubyte),
-        ("healthMask", ctypes.c_uint),
+        *GpuFabricInfoV2._fields_,
         ("healthSummary", ctypes.c_ubyte),  # nvmlGpuFabricHealthSummary_t
     ]
 
