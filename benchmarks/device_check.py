@@ -869,6 +869,8 @@ def latency(m: Any, h: Any, calls: int, symbols: list[str]) -> dict[str, Any]:
                 table[name]()
             except m.NVMLError as exc:
                 error = str(exc)
+            except AttributeError as exc:  # a function the installed binding lacks
+                error = f"not in this nvidia-ml-py ({exc})"
             took.append((time.perf_counter() - start) * 1e6)
         took.sort()
         timings[name] = {"p50_us": took[len(took) // 2],

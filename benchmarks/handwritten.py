@@ -264,7 +264,9 @@ class SameReads(_PerGpu):
             if mem is not None:
                 for state in ("total", "used", "free", "reserved"):
                     self.memory.labels(*labels, state).set(getattr(mem, state))
-            temp = _safe(lambda h=handle: m.nvmlDeviceGetTemperatureV(h, abi.NVML_TEMPERATURE_GPU))
+            # the versioned call where the binding has it (nvidia-ml-py 13), as the collector
+            temperature = getattr(m, "nvmlDeviceGetTemperatureV", m.nvmlDeviceGetTemperature)
+            temp = _safe(lambda h=handle, t=temperature: t(h, abi.NVML_TEMPERATURE_GPU))
             if temp is not None:
                 self.temp.labels(*labels).set(temp)
             self._read_common(handle, labels)
