@@ -58,7 +58,8 @@ def test_a_gpu_hanging_at_start_up_stalls_only_itself(collector, tmp_path, funct
 
 
 def test_nvmls_not_available_answers_are_never_exported(collector, tmp_path):
-    sentinels = ("nvmlDeviceGetPowerUsage, nvmlDeviceGetTemperatureV, "
+    # both temperature calls: the versioned one, or the plain one a 12.x binding makes
+    sentinels = ("nvmlDeviceGetPowerUsage, nvmlDeviceGetTemperatureV, nvmlDeviceGetTemperature, "
                  "nvmlDeviceGetUtilizationRates, nvmlDeviceGetClockInfo, POWER_AVERAGE, "
                  "TOTAL_ENERGY_CONSUMPTION, ECC_SBE_VOL_TOTAL")
     proc = collector("--simulate", _scenario(tmp_path, f"""temperature: 40
