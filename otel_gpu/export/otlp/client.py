@@ -42,6 +42,7 @@ from opentelemetry.sdk.metrics.export import (
 
 from otel_gpu import __version__
 from otel_gpu._log import LogLimiter, library_window
+from otel_gpu.export.collected import CUMULATIVE
 from otel_gpu.export.otlp.encode import Encoder
 from otel_gpu.export.otlp.transport import (
     GRPC,
@@ -176,27 +177,18 @@ def temporality(name: str | None, environ: Mapping[str, str]
                 ) -> dict[type, AggregationTemporality]:
     """Each instrument type's temporality: the setting (cumulative, delta), else
     ``OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`` (lowmemory too), else cumulative."""
-    from opentelemetry.sdk.metrics import (
-        Counter,
-        Histogram,
-        ObservableCounter,
-        ObservableGauge,
-        ObservableUpDownCounter,
-        UpDownCounter,
-    )
+    from opentelemetry.sdk.metrics import Counter, Histogram, ObservableCounter
 
     if name is None:
         name = environ.get("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "").strip()
     name = name.lower() or "cumulative"
-    delta, cumulative = AggregationTemporality.DELTA, AggregationTemporality.CUMULATIVE
     deltas: tuple[type, ...] = ()
     if name == "delta":
         deltas = (Counter, ObservableCounter, Histogram)
     elif name == "lowmemory":
         deltas = (Counter, Histogram)
-    return {kind: delta if kind in deltas else cumulative
-            for kind in (Counter, UpDownCounter, Histogram, ObservableCounter,
-                         ObservableUpDownCounter, ObservableGauge)}
+    return {kind: AggregationTemporality.DELTA if kind in deltas else cumulative
+            for kind, cumulative in CUMULATIVE.items()}
 
 
 # --- one attempt ---------------------------------------------------------------------------
