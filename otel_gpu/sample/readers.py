@@ -69,15 +69,13 @@ def _memory(m: ModuleType, handle: Any) -> dict[str, float]:
 
 def _temperature(m: ModuleType, handle: Any) -> dict[str, float]:
     versioned = getattr(m, "nvmlDeviceGetTemperatureV", None)  # not in nvidia-ml-py 12.560
-    try:
-        if versioned is None:
-            raise m.NVMLError(abi.NVML_ERROR_FUNCTION_NOT_FOUND)
-        value = versioned(handle, abi.NVML_TEMPERATURE_GPU)
-    except m.NVMLError as exc:  # the versioned call arrived with R535
-        if not _older_driver(m, exc):
-            raise
-        value = m.nvmlDeviceGetTemperature(handle, abi.NVML_TEMPERATURE_GPU)
-    return {"temp.gpu": value}
+    if versioned is not None:
+        try:
+            return {"temp.gpu": versioned(handle, abi.NVML_TEMPERATURE_GPU)}
+        except m.NVMLError as exc:  # the versioned call arrived with R535
+            if not _older_driver(m, exc):
+                raise
+    return {"temp.gpu": m.nvmlDeviceGetTemperature(handle, abi.NVML_TEMPERATURE_GPU)}
 
 
 def _utilization(m: ModuleType, handle: Any) -> dict[str, float]:
