@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from benchmarks.scenarios import NODES, node_list, write_scenario
+from testkit.scenarios import NODES, node_list, write_scenario
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ from rotting, and then:
 2. **load** (when torch or cupy imports): a bf16 matmul (fp16 with cupy) holding a few
    GiB, in a child process: everything compared again, GPM activities against pynvml's
    own GPM over a window of the same steady load, utilisation and power seen to move.
-3. **pods**: the project's fake kubelet (``tests.support.kubelet``: real gRPC on a unix
+3. **pods**: the project's fake kubelet (``testkit.kubelet``: real gRPC on a unix
    socket) gives the GPU to one pod, then to two time-sliced pods; process usage is on,
    with a fake ``/proc`` cgroup tree and kubelet log directories
    (:func:`otel_gpu.sim.node.write_node`) placing the load processes (the simulator's
@@ -884,7 +884,7 @@ def latency(m: Any, h: Any, calls: int, symbols: list[str]) -> dict[str, Any]:
 
 
 def parse(body: str) -> list[tuple[str, dict[str, str], float]]:
-    from tests.support.exposition import parse_samples
+    from testkit.exposition import parse_samples
 
     return parse_samples(body)
 
@@ -1761,7 +1761,7 @@ def run(opts: Options, argv: list[str]) -> Result:
         result.environment.update(driver=driver, nvml=hello["nvml"], pynvml=hello["pynvml"],
                                   gpus=hello["gpus"])
         uuids = {g["uuid"]: g["index"] for g in hello["gpus"]}
-        from tests.support.kubelet import FakeKubelet
+        from testkit.kubelet import FakeKubelet
 
         kubelet = FakeKubelet().start()
         node = tmp / "node"
@@ -1852,7 +1852,7 @@ def run_pods(result: Result, opts: Options, collector: Collector, reader: Reader
              kubelet: Any, node: Path, uuid: str, pids: list[int], loads: list[Load],
              phase: Callable[..., Snapshot]) -> None:
     """One pod holding the GPU whole, then two pods time-slicing it."""
-    from tests.support.kubelet import container, devices, pod
+    from testkit.kubelet import container, devices, pod
 
     sim = bool(opts.simulate)
 

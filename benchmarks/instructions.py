@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from benchmarks.cycle import built
-from benchmarks.scenarios import NODES, node_list, write_scenario
+from testkit.scenarios import NODES, node_list, write_scenario
 
 SYSTEMS = ("otel-gpu", "handwritten", "handwritten-same", "sample", "collection",
            "field-batch")

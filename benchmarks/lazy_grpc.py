@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from benchmarks.run import Server, rss_mib, spread
-from benchmarks.scenarios import NODES, write_scenario
+from testkit.scenarios import NODES, write_scenario
 
 
 def measure(scenario: Path, socket: Path) -> tuple[float, float]:

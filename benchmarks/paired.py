@@ -26,7 +26,7 @@ from pathlib import Path
 
 from benchmarks.report import spread
 from benchmarks.run import Bench, Paced, Settings, window_cpu, window_seconds
-from benchmarks.scenarios import NODES, SAMPLING, node_list
+from testkit.scenarios import NODES, SAMPLING, node_list
 
 
 def measure(name: str, systems: list[str], windows: int, seconds: float,

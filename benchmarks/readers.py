@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from benchmarks.scenarios import node_list, simulated_nvml
+from testkit.scenarios import node_list, simulated_nvml
 
 LAYOUTS = ("pool", "per-gpu", "inline")
 

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 
 from benchmarks.baselines import series_file
-from benchmarks.scenarios import node_list, simulated_nvml
+from testkit.scenarios import node_list, simulated_nvml
 
 STAGES = ("sample", "collect", "write", "write_exporter", "gzip", "otlp", "otlp_sdk",
           "promclient")

@@ -1,7 +1,7 @@
 """The benchmark: otel-gpu beside a hand-written pynvml exporter, nvitop-exporter, a
 prometheus_client exporter replaying its series and a static body.
 
-Each configuration (a node of :mod:`benchmarks.scenarios`) runs its servers (every
+Each configuration (a node of :mod:`testkit.scenarios`) runs its servers (every
 one, unless the node names some), one at a time, interleaved over its repetitions
 (the node's own, or ``--reps``; the order rotates each repetition). A default run
 (every node, each its repetitions) finishes within 15 minutes on a 2-core machine:
@@ -49,7 +49,7 @@ Each server is started once per phase, each repetition:
   between the phase's first and last scrape);
 - *cycle with OTLP* (otel-gpu only): the cycle again, with the collector also
   pushing OTLP over gRPC every ``--interval`` to a receiver in this process
-  (``tests.support.otlp_receiver``): what OTLP adds to the CPU per cycle;
+  (``testkit.otlp_receiver``): what OTLP adds to the CPU per cycle;
 - *paced* (the systems reading NVML): one client scrapes with gzip once per
   interval, as a Prometheus scraping at the sampling interval does; after a
   warm-up, the server's CPU per second over ``--paced-intervals`` intervals,
@@ -86,7 +86,7 @@ from pathlib import Path
 from benchmarks import peer
 from benchmarks.baselines import series_file
 from benchmarks.report import FIGURES, KINDS, spread, table
-from benchmarks.scenarios import (
+from testkit.scenarios import (
     NODES,
     SAMPLING,
     Node,
@@ -386,7 +386,7 @@ class Bench:
         """Variables pointing the collector at this process's OTLP receiver, gRPC, every
         ``interval``."""
         if self.receiver is None:
-            from tests.support.otlp_receiver import OtlpReceiver
+            from testkit.otlp_receiver import OtlpReceiver
 
             self.receiver = OtlpReceiver(http=False).start()
         return {**self.receiver.env("grpc"),  # type: ignore[attr-defined]
@@ -396,7 +396,7 @@ class Bench:
         if not node.pods:
             return str(self.workdir / "no-kubelet.sock")
         if node.name not in self.kubelets:
-            from tests.support.kubelet import FakeKubelet
+            from testkit.kubelet import FakeKubelet
 
             scenario = write_scenario(node, self.workdir)
             kubelet = FakeKubelet(str(self.workdir / f"{node.name}.sock"))
@@ -588,7 +588,7 @@ class Bench:
 def run(configs: list[str], reps: int | None, settings: Settings,
         log: Callable[[str], object] = print) -> dict:
     """Every measurement: results[config][kind] = list (one per repetition) of phases.
-    ``reps`` None: each node's own (:data:`benchmarks.scenarios.NODES`)."""
+    ``reps`` None: each node's own (:data:`testkit.scenarios.NODES`)."""
     results: dict[str, dict[str, list[dict]]] = {}
     with tempfile.TemporaryDirectory(prefix="otel-gpu-bench-") as tmp:
         bench = Bench(Path(tmp), settings)

@@ -109,7 +109,7 @@ class Churn:
     def __init__(self, profile: str, pods: int, every: float, directory: str) -> None:
         sys.path.insert(0, str(ROOT))
         from otel_gpu.sim.scenario import load_scenario
-        from tests.support.kubelet import FakeKubelet
+        from testkit.kubelet import FakeKubelet
 
         self.uuids = [gpu.uuid for gpu in load_scenario(profile).devices]
         self.pods, self.every, self.generation = pods, every, 0
@@ -124,7 +124,7 @@ class Churn:
         return str(self.kubelet.socket_path)
 
     def _replace(self) -> None:
-        from tests.support.kubelet import container, devices, pod
+        from testkit.kubelet import container, devices, pod
 
         self.generation += 1
         n = len(self.uuids)

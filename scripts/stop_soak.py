@@ -1,7 +1,7 @@
 """Start and SIGTERM the real collector many times, under each hostile input the suite has,
 and report the slowest exits: a DaemonSet pod that does not stop holds its node's rollout.
 
-Each case starts ``python -m otel_gpu serve`` (as ``tests.support.process`` does), waits
+Each case starts ``python -m otel_gpu serve`` (as ``testkit.process`` does), waits
 until it serves and has published a sample (polling, with a deadline), sends SIGTERM and
 times the exit; a process still there after ``--kill-after`` seconds is killed and counted
 as over the bound. Bounded as a whole by ``--budget`` seconds::
@@ -29,8 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.support.kubelet import FakeKubelet, container, devices, pod
-from tests.support.process import CollectorProcess, serve_args
+from testkit.kubelet import FakeKubelet, container, devices, pod
+from testkit.process import CollectorProcess, serve_args
 
 BOUND_S = 5.0
 """The documented stop bound (README: SIGTERM stops it within 5 seconds)."""
@@ -166,7 +166,7 @@ def _all_hung(tmp: Path) -> Iterator[tuple[list[str], dict[str, str]]]:
 
 def _ready(proc: CollectorProcess, deadline: float) -> bool:
     """Serving, one sample out, and for OTLP a first export under way: polled."""
-    from tests.support.process import http_get
+    from testkit.process import http_get
 
     proc.wait_serving(max(1.0, deadline - time.monotonic()))
     while time.monotonic() < deadline:

@@ -10,11 +10,11 @@ import pytest
 
 from otel_gpu.sample import containment
 from otel_gpu.snapshot import Device
+from testkit.kubelet import FakeKubelet
+from testkit.otlp_receiver import OtlpReceiver
+from testkit.process import CollectorProcess, serve_args
 from tests.support.clock import FakeClock
-from tests.support.kubelet import FakeKubelet
 from tests.support.nvml import FakeNvmlInstaller
-from tests.support.otlp_receiver import OtlpReceiver
-from tests.support.process import CollectorProcess, serve_args
 from tests.support.snapshots import sample_node
 
 SLOW = (

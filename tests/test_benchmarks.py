@@ -16,8 +16,8 @@ import yaml
 from benchmarks import peer
 from benchmarks import run as bench
 from benchmarks.baselines import series_file
-from benchmarks.scenarios import NODES, scenario, write_scenario
 from otel_gpu.sim.scenario import load_scenario
+from testkit.scenarios import NODES, scenario, write_scenario
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -92,7 +92,7 @@ def test_one_default_run_and_one_side_by_side_run() -> None:
 
 
 def test_the_run_covers_every_node_and_says_where_it_ran() -> None:
-    from benchmarks.scenarios import NODES
+    from testkit.scenarios import NODES
 
     run = run_of(default_block())
     assert set(run["results"]) == set(NODES)

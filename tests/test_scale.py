@@ -9,12 +9,12 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from benchmarks.scenarios import Node, gpu_uuids, time_sliced_pods, write_scenario
 from otel_gpu.config import load
 from otel_gpu.sample.library import Nvml
 from otel_gpu.wiring import Service
-from tests.support.kubelet import FakeKubelet
-from tests.support.process import wait_until
+from testkit.kubelet import FakeKubelet
+from testkit.process import wait_until
+from testkit.scenarios import Node, gpu_uuids, time_sliced_pods, write_scenario
 
 GPUS, PODS = 512, 5000
 

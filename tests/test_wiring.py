@@ -139,7 +139,7 @@ def test_every_series_of_256_gpus_is_present(fake_nvml, tmp_path):
     import re
     from collections import Counter
 
-    from benchmarks.scenarios import NODES, write_scenario
+    from testkit.scenarios import NODES, write_scenario
 
     fake_nvml(write_scenario(NODES["gpus-256"], tmp_path))
     # the longest read deadline (10 s): 256 reader threads on a busy machine are not a hang
@@ -239,9 +239,9 @@ def test_a_read_of_the_pod_stage_that_never_returns_holds_no_gpu(t4, kubelet, tm
     import threading
 
     from otel_gpu.attribute.k8s import attribution
-    from tests.support.kubelet import container, devices, pod
+    from testkit.kubelet import container, devices, pod
+    from testkit.process import wait_until
     from tests.support.nvml import profile_uuids
-    from tests.support.process import wait_until
 
     gpus = profile_uuids("t4")
 

@@ -9,7 +9,7 @@ import pytest
 
 from otel_gpu.attribute.enrich import Bounded
 from otel_gpu.snapshot import Snapshot
-from tests.support.process import wait_until
+from testkit.process import wait_until
 from tests.support.snapshots import snapshot
 from tests.support.stages import GatedStage
 

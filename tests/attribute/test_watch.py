@@ -27,7 +27,7 @@ from otel_gpu.attribute.watch import (
     backoff,
     look,
 )
-from tests.support.process import wait_until
+from testkit.process import wait_until
 from tests.support.sources import ScriptedFetch
 
 LOGGER = "test.watch"

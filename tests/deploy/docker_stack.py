@@ -14,8 +14,8 @@ from pathlib import Path
 
 import yaml
 
+from testkit.process import CollectorProcess, serve_args
 from tests.support.container_runtime import FakeRuntime, docker_container
-from tests.support.process import CollectorProcess, serve_args
 from tests.support.prometheus_server import PrometheusServer, Sample
 
 GIB = 1 << 30

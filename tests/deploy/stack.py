@@ -20,8 +20,8 @@ import yaml
 
 from otel_gpu.sim import load_scenario
 from otel_gpu.sim.node import write_node
-from tests.support.kubelet import FakeKubelet, container, devices, pod
-from tests.support.process import CollectorProcess, serve_args
+from testkit.kubelet import FakeKubelet, container, devices, pod
+from testkit.process import CollectorProcess, serve_args
 from tests.support.prometheus_server import PrometheusServer
 
 MIG_A = "MIG-0d7a51c5-1f0e-5b1e-9c36-7a0000000001"

@@ -17,9 +17,9 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from testkit.otlp_receiver import OtlpReceiver, metric_names
+from testkit.process import CollectorProcess, wait_until
 from tests.deploy.helpers import ROOT, assert_valid_objects, documents
-from tests.support.otlp_receiver import OtlpReceiver, metric_names
-from tests.support.process import CollectorProcess, wait_until
 
 EXAMPLES = ROOT / "examples" / "collector"
 CONFIGS = ["sidecar.yaml", "node-agent.yaml"]

@@ -13,6 +13,7 @@ import sys
 import pytest
 import yaml
 
+from testkit.process import CollectorProcess, http_get, wait_until
 from tests.deploy.helpers import (
     CHART,
     DEPLOY,
@@ -23,7 +24,6 @@ from tests.deploy.helpers import (
     run,
 )
 from tests.support.certs import make_certs
-from tests.support.process import CollectorProcess, http_get, wait_until
 
 OPERATOR_API = "monitoring.coreos.com/v1"
 

@@ -17,9 +17,9 @@ import subprocess
 import pytest
 import yaml
 
+from testkit.process import CollectorProcess, wait_until
 from tests.deploy.helpers import CHART, ROOT, documents, helm_binary
 from tests.support.certs import make_certs
-from tests.support.process import CollectorProcess, wait_until
 
 jsonschema = pytest.importorskip("jsonschema")
 

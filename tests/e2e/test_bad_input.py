@@ -29,8 +29,8 @@ from hypothesis import strategies as st
 
 from otel_gpu.config import OPTIONS, load
 from otel_gpu.errors import SetupError
+from testkit.process import ROOT
 from tests.support.certs import make_certs
-from tests.support.process import ROOT
 
 TIME_LIMIT_S = 10.0
 """A bad value is refused at start-up, long before this."""

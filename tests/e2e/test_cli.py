@@ -13,10 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.support.exposition import series
+from testkit.exposition import series
+from testkit.process import ROOT, http_get, run_cli, wait_until
 from tests.support.nvml import first_sample_values
 from tests.support.omitted import reasons
-from tests.support.process import ROOT, http_get, run_cli, wait_until
 
 H100_MEMORY_TOTAL = 85520809984
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.exposition import parse_samples, series
-from tests.support.process import CollectorProcess, serve_args
+from testkit.exposition import parse_samples, series
+from testkit.process import CollectorProcess, serve_args
 
 MHZ, KIB = 1e6, 1024.0
 
@@ -260,8 +260,8 @@ def test_every_family_the_endpoint_serves_is_in_the_generated_docs(
     or docs/migration.md (the dcgm-exporter and kubelet profiles')."""
     from pathlib import Path
 
-    from tests.support.kubelet import container, devices, pod
-    from tests.support.process import wait_until
+    from testkit.kubelet import container, devices, pod
+    from testkit.process import wait_until
 
     docs = Path(__file__).resolve().parents[2] / "docs"
     kubelet.set_pods([pod("train-0", container("main", devices("nvidia.com/gpu", HELD_GPU)),

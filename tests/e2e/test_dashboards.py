@@ -8,10 +8,10 @@ import pytest
 
 from otel_gpu.export.naming.dcgm import DEFAULT_FIELDS, FIELDS
 from otel_gpu.export.naming.dcgm.current import CURRENT_FIELDS, RENAMES, from_old
-from tests.support.exposition import series
-from tests.support.kubelet import FakeKubelet, container, devices, pod
+from testkit.exposition import series
+from testkit.kubelet import FakeKubelet, container, devices, pod
+from testkit.process import CollectorProcess, serve_args, wait_until
 from tests.support.nvml import first_sample_values, profile_uuids
-from tests.support.process import CollectorProcess, serve_args, wait_until
 from tests.support.prometheus_server import PrometheusServer, skip_unless_available
 
 H100 = profile_uuids("h100x8")

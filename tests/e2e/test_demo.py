@@ -8,8 +8,8 @@ import re
 import signal
 import time
 
-from tests.support.exposition import series
-from tests.support.process import CollectorProcess, wait_until
+from testkit.exposition import series
+from testkit.process import CollectorProcess, wait_until
 
 PODS = {("train-llama-0", "ml"), ("notebook-alice", "research"), ("notebook-bob", "research"),
         ("transcode-7f9c", "media"), ("serve-embed-0", "ml"), ("serve-rerank-0", "ml")}

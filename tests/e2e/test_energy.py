@@ -13,9 +13,9 @@ from __future__ import annotations
 import pytest
 
 from otel_gpu.sim import load_scenario
-from tests.support.exposition import series
-from tests.support.kubelet import container, devices, pod
-from tests.support.process import start_on_node, wait_until
+from testkit.exposition import series
+from testkit.kubelet import container, devices, pod
+from testkit.process import start_on_node, wait_until
 
 SHARED = "GPU-5a5a7118-e550-79a1-597e-7631e126c57a"
 WHOLE = "GPU-b1028956-cfa2-0990-bf4a-5da9abb51763"

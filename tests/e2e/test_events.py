@@ -8,9 +8,9 @@ import textwrap
 import pynvml
 import pytest
 
-from tests.support.exposition import series
-from tests.support.kubelet import container, devices, pod
-from tests.support.process import wait_until
+from testkit.exposition import series
+from testkit.kubelet import container, devices, pod
+from testkit.process import wait_until
 
 HELD = "GPU-8a1c7f00-0000-4000-8000-000000000001"
 FREE = "GPU-8a1c7f00-0000-4000-8000-000000000002"

@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as read_om
 from prometheus_client.parser import text_string_to_metric_families as read_text
 
-from tests.support.process import CollectorProcess, serve_args
+from testkit.process import CollectorProcess, serve_args
 from tests.support.prometheus_server import (
     AsText004Proxy,
     TwoJobs,

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from tests.support.exposition import series
-from tests.support.process import run_cli
+from testkit.exposition import series
+from testkit.process import run_cli
 
 H100 = "NVIDIA H100 80GB HBM3"
 GOOD = "GPU-00000000-0000-0000-0000-000000000001"

@@ -16,8 +16,8 @@ import urllib.request
 
 import pytest
 
+from testkit.process import http_get, run_cli, wait_until
 from tests.support.certs import make_certs
-from tests.support.process import http_get, run_cli, wait_until
 
 _HEALTH = re.compile(r"serving health checks on http://(\S+):(\d+)/healthz and /readyz")
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support.exposition import series
-from tests.support.otlp_receiver import resource_groups
-from tests.support.process import wait_until
+from testkit.exposition import series
+from testkit.otlp_receiver import resource_groups
+from testkit.process import wait_until
 
 JOB = "nvidia.gpu.hpc.job.id"
 OTEL_JOB = "nvidia_gpu_hpc_job_id"

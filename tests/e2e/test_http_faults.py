@@ -27,8 +27,8 @@ import bcrypt
 import pytest
 
 from otel_gpu.export.http.server import MAX_CONNECTIONS, listen_backlog
+from testkit.process import connections_left_waiting, http_get, wait_until
 from tests.support.certs import make_certs
-from tests.support.process import connections_left_waiting, http_get, wait_until
 
 
 def _basic(user: str, password: str) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.support.process import wait_until
+from testkit.process import wait_until
 
 
 def _reason(proc) -> str:

@@ -9,10 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from otel_gpu import sim
-from tests.support.exposition import series
-from tests.support.kubelet import FakeKubelet, container, devices, pod
+from testkit.exposition import series
+from testkit.kubelet import FakeKubelet, container, devices, pod
+from testkit.process import run_cli, wait_until
 from tests.support.nvml import profile_uuids
-from tests.support.process import run_cli, wait_until
 
 H100 = profile_uuids("h100x8")
 A100 = sim.load_scenario("a100-mig").devices

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from otel_gpu import sim
-from tests.support.exposition import parse_samples, series
-from tests.support.kubelet import container, devices, pod
+from testkit.exposition import parse_samples, series
+from testkit.kubelet import container, devices, pod
+from testkit.process import run_cli, wait_until
 from tests.support.nvml import first_sample_values, profile_uuids
-from tests.support.process import run_cli, wait_until
 
 GOLDEN = Path(__file__).parent / "golden"
 FIXTURES = Path(__file__).parents[1] / "export" / "naming" / "fixtures"

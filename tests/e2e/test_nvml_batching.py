@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import textwrap
 
-from tests.support.exposition import series
+from testkit.exposition import series
 from tests.support.nvml import CALLS_PER_GPU_PER_SAMPLE
 
 H100 = "NVIDIA H100 80GB HBM3"

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from tests.support.exposition import series
+from testkit.exposition import series
 
 H100 = "NVIDIA H100 80GB HBM3"
 GOOD = "GPU-00000000-0000-0000-0000-000000000001"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.support.exposition import series
-from tests.support.process import wait_until
+from testkit.exposition import series
+from testkit.process import wait_until
 
 
 def _sample_and_age(req) -> tuple[float, float] | None:

@@ -10,12 +10,12 @@ from pathlib import Path
 import grpc
 import pytest
 
+from testkit.exposition import series
+from testkit.kubelet import container, devices, pod
+from testkit.otlp_receiver import OtlpReceiver, resource_groups
+from testkit.process import run_cli, wait_until
 from tests.support.certs import make_certs
-from tests.support.exposition import series
-from tests.support.kubelet import container, devices, pod
 from tests.support.nvml import profile_uuids
-from tests.support.otlp_receiver import OtlpReceiver, resource_groups
-from tests.support.process import run_cli, wait_until
 
 H100 = profile_uuids("h100x8")
 POD_KEYS = ("k8s.pod.name", "k8s.namespace.name", "k8s.container.name")

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from otel_gpu import sim
-from tests.support.exposition import series
+from testkit.exposition import series
+from testkit.process import run_cli, wait_until
 from tests.support.nvml import profile_uuids
-from tests.support.process import run_cli, wait_until
 
 FIXTURES = Path(__file__).parents[1] / "export" / "naming" / "fixtures"
 PROFILING_CSV = FIXTURES / "dcgm-profiling-counters.csv"

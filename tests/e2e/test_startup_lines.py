@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.support.process import wait_until
+from testkit.process import wait_until
 
 FAST_EXPORT = {"OTEL_METRIC_EXPORT_INTERVAL": "300", "OTEL_EXPORTER_OTLP_TIMEOUT": "2"}
 

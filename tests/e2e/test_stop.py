@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.process import wait_until
+from testkit.process import wait_until
 
 BOUND_S = 5.0
 """README: SIGTERM, SIGINT and SIGHUP stop it within 5 seconds."""

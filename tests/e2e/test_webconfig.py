@@ -15,8 +15,8 @@ from pathlib import Path
 import bcrypt
 import pytest
 
+from testkit.process import run_cli, wait_until
 from tests.support.certs import make_certs
-from tests.support.process import run_cli, wait_until
 
 HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode().replace("$2b$", "$2y$")
 

@@ -12,10 +12,10 @@ import os
 
 import pytest
 
-from tests.support.exposition import parse_samples, series
-from tests.support.kubelet import container, devices, pod
-from tests.support.otlp_receiver import resource_groups
-from tests.support.process import start_on_node, wait_until
+from testkit.exposition import parse_samples, series
+from testkit.kubelet import container, devices, pod
+from testkit.otlp_receiver import resource_groups
+from testkit.process import start_on_node, wait_until
 
 SHARED = "GPU-5a5a7118-e550-79a1-597e-7631e126c57a"
 WHOLE = "GPU-b1028956-cfa2-0990-bf4a-5da9abb51763"

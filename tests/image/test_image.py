@@ -37,10 +37,10 @@ from packaging.markers import Marker
 from packaging.utils import canonicalize_name
 
 from otel_gpu import __version__
+from testkit.exposition import series
+from testkit.process import http_get, wait_until
 from tests.image.buildah import Buildah
 from tests.image.recipe import ROOT, lock_reader, readme_commands
-from tests.support.exposition import series
-from tests.support.process import http_get, wait_until
 
 pytestmark = [pytest.mark.image, pytest.mark.timeout(1500)]
 

@@ -21,7 +21,7 @@ from otel_gpu.publish.store import SnapshotStore
 from otel_gpu.publish.timings import Timings
 from otel_gpu.snapshot import OK, Attribution, Device, DeviceSample, Pods, Snapshot
 from otel_gpu.workload import Holder, JobRef, PodRef
-from tests.support.process import wait_until
+from testkit.process import wait_until
 from tests.support.providers import RebuildingProvider
 from tests.support.snapshots import snapshot
 

@@ -11,12 +11,12 @@ import logging
 
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricsData
 
-from benchmarks.scenarios import Node, gpu_uuids, time_sliced_pods, write_scenario
 from otel_gpu.export.collected import CollectingReader
 from otel_gpu.instrument.catalog import CATALOG
 from otel_gpu.instrument.direct import DirectCollection
 from otel_gpu.instrument.schema import Kind, Metric
 from otel_gpu.instrument.telemetry import build_meter_provider, build_resource
+from testkit.scenarios import Node, gpu_uuids, time_sliced_pods, write_scenario
 
 
 def _shape(data: MetricsData | None) -> list:
@@ -50,7 +50,7 @@ def test_the_catalog_on_a_simulated_node_with_pods_coming_and_going(fake_nvml, t
     from otel_gpu.config import load
     from otel_gpu.sample.library import Nvml
     from otel_gpu.wiring import Service
-    from tests.support.kubelet import FakeKubelet
+    from testkit.kubelet import FakeKubelet
 
     scenario = write_scenario(Node("mixed", 4, mig=2), tmp_path)
     fake_nvml(scenario)

@@ -42,6 +42,8 @@ from otel_gpu import sim
 from otel_gpu.instrument.telemetry import build_meter_provider, build_resource
 from otel_gpu.sim.driver.shapes import error_names, parse_shape
 from otel_gpu.snapshot import Snapshot
+from testkit.exposition import new_reader, series
+from testkit.process import wait_until
 from tests.support.answer_shapes import (
     BASELINE,
     CASES,
@@ -63,8 +65,6 @@ from tests.support.answer_shapes import (
     params,
     shapes_for,
 )
-from tests.support.exposition import new_reader, series
-from tests.support.process import wait_until
 
 
 @pytest.fixture

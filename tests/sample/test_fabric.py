@@ -19,7 +19,7 @@ from otel_gpu.sample.readers import fabric_health
 from otel_gpu.sample.sampler import Sampler
 from otel_gpu.sim.scenario import FABRIC_HEALTHY_MASK, ScenarioError, load_scenario
 from otel_gpu.snapshot import Snapshot
-from tests.support.exposition import new_reader, render_profiles, series
+from testkit.exposition import new_reader, render_profiles, series
 from tests.support.nvml import SOURCES
 
 GB200 = Path(__file__).resolve().parents[1] / "sim" / "scenarios" / "gb200x4.yaml"

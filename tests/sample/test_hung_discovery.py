@@ -10,8 +10,8 @@ import pytest
 
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import Sampler, unknown_uuid
+from testkit.process import wait_until
 from tests.support.nvml import SOURCES, sample_within
-from tests.support.process import wait_until
 
 A_GPU = "a hung GPU"
 """What a sample must not wait on."""

@@ -11,9 +11,9 @@ from otel_gpu import sim as fake
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import COMMON_XIDS, Sampler, mig_profile, unknown_uuid
 from otel_gpu.snapshot import FAILED, OK, PREDICTED_FAILURE
+from testkit.process import wait_until
 from tests.support.nvml import SOURCES
 from tests.support.omitted import reasons
-from tests.support.process import wait_until
 
 
 @pytest.fixture

@@ -7,12 +7,12 @@ import time
 
 import pytest
 
-from benchmarks.scenarios import NODES, write_scenario
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import Sampler
 from otel_gpu.sample.workers import Pool, Workers
+from testkit.process import wait_until
+from testkit.scenarios import NODES, write_scenario
 from tests.support.nvml import SOURCES
-from tests.support.process import wait_until
 
 
 def _readers(before: set[threading.Thread] = frozenset()) -> set[threading.Thread]:

@@ -14,8 +14,8 @@ import pytest
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import Sampler
 from otel_gpu.sim.driver.shapes import Hang
+from testkit.process import wait_until
 from tests.support.nvml import SOURCES, sample_within
-from tests.support.process import wait_until
 
 THE_WAIT = "the hung event wait"
 """What a sample must not wait on."""

@@ -10,8 +10,8 @@ from otel_gpu.config import load
 from otel_gpu.sim import builtin_profiles
 from otel_gpu.sim.scenario import FABRIC_HEALTHY_MASK
 from otel_gpu.wiring import Service, open_nvml
+from testkit.exposition import series
 from tests.sim.helpers import field, handles, next_sample, token
-from tests.support.exposition import series
 from tests.support.nvml import profile_uuids
 
 

@@ -17,7 +17,7 @@ from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportRes
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
 
 from otel_gpu.export.collected import CUMULATIVE
-from tests.support.otlp_receiver import OtlpReceiver
+from testkit.otlp_receiver import OtlpReceiver
 
 Exporter = GrpcMetricExporter | HttpMetricExporter
 

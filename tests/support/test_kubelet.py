@@ -10,7 +10,7 @@ import sys
 import tempfile
 
 from otel_gpu.attribute.k8s.podresources import PodResourcesWatcher
-from tests.support.process import ROOT, wait_until
+from testkit.process import ROOT, wait_until
 from tests.support.snapshots import GPU0
 
 
@@ -33,7 +33,7 @@ def test_runs_as_a_script_serving_a_scenario_file(tmp_path) -> None:
     sock_dir = tempfile.mkdtemp(dir="/tmp", prefix="kl")
     sock = os.path.join(sock_dir, "kubelet.sock")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.kubelet",
+        [sys.executable, "-m", "testkit.kubelet",
          "--socket", sock, "--scenario", str(scenario)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip

@@ -44,9 +44,7 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.resources import Resource
 
-from tests.support.certs import CertBundle, make_certs
-from tests.support.exporters import SdkExporters
-from tests.support.otlp_receiver import (
+from testkit.otlp_receiver import (
     ExportMetricsServiceRequest,
     ExportMetricsServiceResponse,
     OtlpReceiver,
@@ -56,6 +54,8 @@ from tests.support.otlp_receiver import (
     resource_groups,
     rows,
 )
+from tests.support.certs import CertBundle, make_certs
+from tests.support.exporters import SdkExporters
 
 _CA_BUNDLE_VARS = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
 

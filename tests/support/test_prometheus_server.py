@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.exposition import ExpositionTarget
+from testkit.exposition import ExpositionTarget
 from tests.support.prometheus_server import (
     PrometheusServer,
     Sample,

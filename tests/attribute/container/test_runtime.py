@@ -132,7 +132,7 @@ def test_the_thread_polls_and_stops(runtime):
     w = watch(runtime, interval=0.05)
     w.start()
     try:
-        from tests.support.process import wait_until
+        from testkit.process import wait_until
 
         assert wait_until(lambda: runtime.calls >= 3, 10, "three polls")
     finally:

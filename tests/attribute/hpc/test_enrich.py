@@ -25,8 +25,8 @@ from otel_gpu.sample.library import Nvml
 from otel_gpu.snapshot import ProcessUsage
 from otel_gpu.wiring import sample_once
 from otel_gpu.workload import HPC_JOB_ID, JobRef
+from testkit.exposition import series
 from tests.support.exporters import RecordingExporter
-from tests.support.exposition import series
 from tests.support.snapshots import GPU0, GPU1, GPU2, MIG_A, MIG_B, MIG_C, sample, sample_node
 from tests.support.snapshots import snapshot as make_snapshot
 

@@ -28,7 +28,7 @@ from otel_gpu.attribute.k8s.podresources import (
     allocations_from_v1,
 )
 from otel_gpu.workload import AllocationRow, Holder, PodRef
-from tests.support.kubelet import (
+from testkit.kubelet import (
     FakeKubelet,
     claim,
     claim_device,
@@ -36,7 +36,7 @@ from tests.support.kubelet import (
     devices,
     pod,
 )
-from tests.support.process import wait_until
+from testkit.process import wait_until
 from tests.support.snapshots import GPU0, GPU1, GPU2, MIG_A, MIG_B, MIG_C, gpu_device
 
 GPU = "nvidia.com/gpu"

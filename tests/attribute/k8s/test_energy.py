@@ -15,7 +15,7 @@ from otel_gpu.instrument.catalog import CATALOG
 from otel_gpu.sample.sources import ENERGY, GPM_SM_ACTIVE
 from otel_gpu.snapshot import Attribution, PodEnergy, Pods, PodUsage
 from otel_gpu.workload import Holder, PodRef
-from tests.support.kubelet import FakePodSource
+from testkit.kubelet import FakePodSource
 from tests.support.snapshots import GPU0, GPU1, MIG_A, MIG_B, gpu_device, mig_device, sample
 from tests.support.snapshots import snapshot as make_snapshot
 

@@ -12,8 +12,8 @@ import pytest
 from otel_gpu.attribute.k8s.enrich import PodEnricher
 from otel_gpu.attribute.k8s.kubelet_answer import Allocation, PodResourcesState
 from otel_gpu.workload import PodRef
+from testkit.kubelet import FakePodSource
 from tests.support.clock import FakeClock
-from tests.support.kubelet import FakePodSource
 from tests.support.snapshots import GPU0, gpu_device, sample, snapshot
 
 LOGGER = "otel_gpu.attribute.k8s.enrich"
@@ -167,7 +167,7 @@ def test_the_waiting_watcher_builds_once_something_is_there_and_retries_a_failed
     """Absent: one line, no gRPC; a build that fails (a bug) is one error line and tried
     again after a backoff; once built, the watcher is started and the wait ends."""
     from otel_gpu.attribute.k8s.enrich import KubeletWatch
-    from tests.support.process import wait_until
+    from testkit.process import wait_until
 
     path = tmp_path / "kubelet.sock"
     built = FakePodSource()

@@ -23,7 +23,7 @@ from otel_gpu.attribute.k8s.podresources import (
     allocations_from_v1,
 )
 from otel_gpu.workload import PodRef
-from tests.support.kubelet import (
+from testkit.kubelet import (
     V1_ALLOCATABLE,
     V1_GET,
     V1_LIST,
@@ -35,7 +35,7 @@ from tests.support.kubelet import (
     devices,
     pod,
 )
-from tests.support.process import wait_until
+from testkit.process import wait_until
 from tests.support.snapshots import GPU0, GPU1, GPU2, MIG_A
 
 LOGGER = "otel_gpu.attribute.k8s.podresources"

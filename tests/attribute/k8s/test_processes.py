@@ -24,8 +24,8 @@ from otel_gpu.sim.node import write_node
 from otel_gpu.sim.scenario import ContainerSpec, NodeSpec, PodSpec
 from otel_gpu.snapshot import Attribution, ProcessUsage
 from otel_gpu.workload import Holder, PodRef
+from testkit.kubelet import FakePodSource
 from tests.support.clock import FakeClock
-from tests.support.kubelet import FakePodSource
 from tests.support.mappers import CountingMapper
 from tests.support.snapshots import GPU0, GPU1, MIG_A, gpu_device, mig_device, sample, snapshot
 

@@ -23,7 +23,7 @@ from otel_gpu.sample import sources as c
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import Sampler
 from otel_gpu.snapshot import Snapshot
-from tests.support.exposition import render_profiles, series
+from testkit.exposition import render_profiles, series
 from tests.support.nvml import SOURCES
 
 FIXTURES = Path(__file__).parent / "fixtures"

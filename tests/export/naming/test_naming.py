@@ -26,7 +26,7 @@ from otel_gpu.export.naming.health import HealthProfile
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import Sampler
 from otel_gpu.snapshot import Pods
-from tests.support.exposition import render_profiles, series
+from testkit.exposition import render_profiles, series
 from tests.support.nvml import SOURCES, profile_uuids
 
 HERE = Path(__file__).parent
@@ -132,7 +132,7 @@ def _snapshot(profile: str, pods: list):
     from dataclasses import replace
 
     from otel_gpu.attribute.k8s.podresources import PodResourcesWatcher
-    from tests.support.kubelet import FakeKubelet
+    from testkit.kubelet import FakeKubelet
 
     sim.install(sim.FakeNvml(sim.load_scenario(profile)))
     try:
@@ -154,7 +154,7 @@ def _snapshot(profile: str, pods: list):
 
 
 def _pod(name: str, resource: str, device_id: str):
-    from tests.support.kubelet import container, devices, pod
+    from testkit.kubelet import container, devices, pod
 
     return pod(name, container("main", devices(resource, device_id)), namespace="ml")
 

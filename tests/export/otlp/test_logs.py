@@ -17,8 +17,8 @@ from otel_gpu.export.otlp.logs import (
     validate,
 )
 from otel_gpu.export.otlp.transport import ATTRIBUTES, OtlpSettings, OtlpSetupError
+from testkit.otlp_receiver import OtlpReceiver
 from tests.support.exporters import RecordingLogExporter
-from tests.support.otlp_receiver import OtlpReceiver
 
 NODE = Resource({"service.name": "otel-gpu", "k8s.node.name": "node-1"})
 POD = {"k8s.pod.name": "train-0", "k8s.namespace.name": "ml", "k8s.container.name": "main"}

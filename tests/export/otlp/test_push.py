@@ -18,8 +18,8 @@ from otel_gpu.export.otlp.push import OtlpPush, cumulative
 from otel_gpu.export.otlp.transport import OtlpSettings
 from otel_gpu.instrument.telemetry import build_meter_provider, build_resource
 from otel_gpu.snapshot import OK, Device, DeviceSample
+from testkit.process import wait_until
 from tests.support.exporters import RecordingExporter
-from tests.support.process import wait_until
 from tests.support.snapshots import snapshot
 
 GPU = Device("GPU-aaaa", 0, "NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "00000000:18:00.0")

@@ -25,8 +25,8 @@ from otel_gpu.export.http.endpoint import MetricsServer
 from otel_gpu.export.http.server import listen_backlog
 from otel_gpu.export.http.webconfig import WebConfig
 from otel_gpu.export.prometheus.cache import RenderCache
+from testkit.process import connections_left_waiting, http_get, wait_until
 from tests.support.certs import make_certs
-from tests.support.process import connections_left_waiting, http_get, wait_until
 
 
 def _render(registry):

@@ -19,8 +19,8 @@ from otel_gpu.export.prometheus.formats import (
     escape_name,
     negotiate,
 )
-from tests.support.exposition import CountingCollection
-from tests.support.process import http_get
+from testkit.exposition import CountingCollection
+from testkit.process import http_get
 
 OM1 = "application/openmetrics-text; version=1.0.0; charset=utf-8; escaping={}"
 PROMETHEUS_2_42 = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"

@@ -33,7 +33,7 @@ from otel_gpu.export.prometheus.text import TextWriter
 from otel_gpu.instrument.telemetry import build_meter_provider, build_resource
 from otel_gpu.snapshot import FAILED, OK, Attribution, Device, DeviceSample, Pods
 from otel_gpu.workload import Holder, PodRef
-from tests.support.exposition import new_reader, without_empty_labels
+from testkit.exposition import new_reader, without_empty_labels
 from tests.support.metrics_data import CUMULATIVE, DELTA, data, gauge, point, total
 from tests.support.snapshots import snapshot
 

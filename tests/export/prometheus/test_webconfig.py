@@ -16,8 +16,8 @@ import pytest
 
 from otel_gpu.export.http.basic_auth import AuthBusy, BasicAuth
 from otel_gpu.export.http.webconfig import WebConfigError, load_web_config
+from testkit.process import wait_until
 from tests.support.certs import make_certs
-from tests.support.process import wait_until
 
 HASH = "$2y$04$M2UWofadSVoe.odNCgCnAObPhE4MtJTbiEpAgWqtCnY1Ez/Zh5dD."
 """bcrypt of s3cret at cost 4, fixed: test ids built from it must be the same in every process."""

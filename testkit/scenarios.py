@@ -135,7 +135,7 @@ def gpu_uuids(path: Path) -> list[str]:
 
 def time_sliced_pods(uuids: list[str], pods: int) -> list:
     """``pods`` pods, each holding one time-slicing replica of a GPU, round robin."""
-    from tests.support.kubelet import container, devices, pod
+    from testkit.kubelet import container, devices, pod
 
     return [
         pod(f"slice-{i}", container("srv", devices("nvidia.com/gpu",

@@ -16,9 +16,9 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from tests.support.exposition import series
+from testkit.exposition import series
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 _SERVING = re.compile(r"serving (?:metrics|probes) on https?://"
                       r"(?:\[[0-9A-Fa-f:.%]+\]|[^:/\[]+):(\d+)/(?:metrics|healthz)")
 """The start-up line naming the endpoint's port: the Prometheus exporter's, or the probes'

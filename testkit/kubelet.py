@@ -12,7 +12,7 @@ again on the same path like a restarting kubelet.
 
 Library use::
 
-    from tests.support.kubelet import FakeKubelet, pod, container, devices
+    from testkit.kubelet import FakeKubelet, pod, container, devices
 
     with FakeKubelet() as kubelet:
         kubelet.set_pods([pod("train", container("main", devices("nvidia.com/gpu", "GPU-...")))])
@@ -20,7 +20,7 @@ Library use::
 
 Manual use (reload the scenario with SIGHUP, stop with SIGINT/SIGTERM)::
 
-    python -m tests.support.kubelet --socket /tmp/kl/kubelet.sock --scenario pods.yaml
+    python -m testkit.kubelet --socket /tmp/kl/kubelet.sock --scenario pods.yaml
 
 (from the repository root).
 
@@ -68,7 +68,7 @@ from otel_gpu.sim.kubelet import (
     KubeletServer,
 )
 from otel_gpu.snapshot import KubeletStats
-from tests.support.process import wait_until
+from testkit.process import wait_until
 
 __all__ = [
     "RPCS",
