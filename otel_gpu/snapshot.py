@@ -232,6 +232,7 @@ class Attribution:
         numa: Mapping[str, tuple[int, ...]] = _EMPTY,
         alignment: tuple[NumaAlignment, ...] = (),
         unresolved: tuple[UnresolvedId, ...] = (),
+        replicas: Mapping[str, int] = _EMPTY,
     ) -> None:
         self._holders = MappingProxyType(dict(holders))
         self._owners = MappingProxyType(
@@ -248,6 +249,7 @@ class Attribution:
         self._alignment = alignment
         self.unresolved: tuple[UnresolvedId, ...] = unresolved
         """Allocated ids skipped (unknown format or no such device), distinct."""
+        self._replicas = MappingProxyType(dict(replicas))
 
     def series_pods(self, uuid: str, *, per_sharer: bool = False) -> tuple[PodRef, ...]:
         """The containers whose labels go on ``uuid``'s series, one copy of the series each.
@@ -278,6 +280,11 @@ class Attribution:
         """The one container holding ``uuid`` whole, or ``None``."""
         return self._owners.get(uuid)
 
+    def advertised_replicas(self, uuid: str) -> int | None:
+        """Shared ids (time-slicing or MPS replicas) the kubelet can allocate on ``uuid``;
+        None where it did not say (no GetAllocatableResources, or not shared)."""
+        return self._replicas.get(uuid)
+
     def attributed_uuids(self) -> frozenset[str]:
         return frozenset(self._holders)
 
@@ -307,6 +314,51 @@ class Attribution:
 def _row_key(row: AllocationRow) -> tuple[str, str, str, str, int, str]:
     replica = -1 if row.replica is None else row.replica
     return (row.uuid, row.namespace, row.pod, row.container, replica, row.resource_name)
+
+
+@dataclass(frozen=True)
+class HolderTime:
+    """GPU time one workload held and kept busy on one device since the collector started.
+
+    In GPU-microseconds (one whole GPU for one microsecond is 1): ``allocated`` is the
+    time held, weighted by the holder's share of the GPU; ``active`` the part of it its
+    work kept the device busy (never more than ``allocated``). ``idle_s`` is how long
+    the allocation has been held without a process or without activity, now (0 while
+    busy; ``None`` while it cannot be told or the holder no longer holds the device).
+    See :mod:`otel_gpu.attribute.gputime`.
+    """
+
+    uuid: str
+    holder: Workload
+    allocated: int
+    active: int
+    idle_s: float | None = None
+
+
+@dataclass(frozen=True)
+class DeviceTime:
+    """One device's GPU time no holder accounts for, in GPU-microseconds.
+
+    ``unallocated``: device time no holder held (capacity left); ``outside``: time
+    processes no holder accounts for kept the device busy; ``counted``: all the device
+    time counted. ``outside_now``: who uses it outside any allocation now
+    (:data:`otel_gpu.attribute.gputime.OUTSIDE_KINDS`).
+    """
+
+    uuid: str
+    unallocated: int
+    outside: int
+    counted: int
+    outside_now: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GpuTime:
+    """The GPU time ledger after one sample (:mod:`otel_gpu.attribute.gputime`)."""
+
+    holders: tuple[HolderTime, ...] = ()
+    devices: tuple[DeviceTime, ...] = ()
+    idle_threshold_s: float = 1800.0
 
 
 @dataclass(frozen=True)
@@ -396,6 +448,8 @@ class Snapshot:
     containers: Containers | None = None
     """Set when container attribution outside Kubernetes is on
     (:mod:`otel_gpu.attribute.container`)."""
+    gpu_time: GpuTime | None = None
+    """GPU time allocated and active per workload (:mod:`otel_gpu.attribute.gputime`)."""
 
     def healthy_devices(self) -> int:
         """Devices that answered this sample and are not failed."""

@@ -214,12 +214,17 @@ def attribute(
             api_numa.setdefault(uuid, set()).update(a.numa_nodes)
         resolved.append((a, uuid))
 
+    replicas: dict[str, int] = {}  # shared ids allocatable per device: its advertised replicas
     for entry in state.allocatable or ():
-        if not entry.numa_nodes:
-            continue
         ref = parse_device_id(entry.device_id)
+        if not entry.numa_nodes and (ref is None or not ref.shared):
+            continue
         uuid = resolver.resolve(ref) if ref is not None else None
-        if uuid is not None:
+        if uuid is None or ref is None:
+            continue
+        if ref.shared:
+            replicas[uuid] = replicas.get(uuid, 0) + 1
+        if entry.numa_nodes:
             api_numa.setdefault(uuid, set()).update(entry.numa_nodes)
 
     numa: dict[str, tuple[int, ...]] = {}
@@ -256,6 +261,7 @@ def attribute(
         numa,
         tuple(alignment[k] for k in sorted(alignment)),
         tuple(unresolved.values()),
+        replicas,
     )
 
 

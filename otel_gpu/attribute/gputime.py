@@ -1,0 +1,351 @@
+"""GPU time per workload: how long each holder held its devices, and how long it used them.
+
+The question a platform team asks first is who holds the GPUs and how much of
+that time they used. :class:`GpuTimeLedger` integrates it between samples, in
+whole GPU-microseconds (one whole GPU for one microsecond is 1), for every
+holder the attribution stages name:
+
+holders of a device
+    The containers the kubelet allocated it to; else the HPC jobs using it (the
+    job mapping directory, the Slurm cgroups of its processes); else the
+    containers outside Kubernetes whose processes run on it.
+allocated
+    The interval times the holder's share of the GPU: a whole GPU 1; a MIG
+    instance its compute slices over the GPU's (7, 4 on an A30, from the
+    profile: ``3g.40gb`` is 3/7); a time-sliced or MPS replica the holder's
+    replicas over the replicas the kubelet advertises for that GPU
+    (GetAllocatableResources), or over the replicas held where it does not say.
+    Several whole holders of one device (HPC jobs, containers) split it evenly.
+active
+    The part of it the holder's work kept the device busy: the device's own
+    activity where the holder is alone on it (GPM graphics engine activity,
+    else NVML utilization; a MIG instance's GPM activity, which NVML gives per
+    instance); the holder's own SM share from per-process utilization where it
+    shares the device or others' processes run there (else the device's
+    activity times its share). Never more than allocated.
+unallocated, outside
+    Per device: the time no holder held it, and the time processes no holder
+    accounts for kept it busy (all its activity where nobody holds it).
+
+The interval between two samples of a GPU is accounted by the later sample's
+holders and readings, as the energy ledger does
+(:mod:`otel_gpu.attribute.k8s.energy`). A sample taken while pod attribution is
+expected but missing (a held kubelet stage) leaves its interval to the next
+sample with pods, for at most :data:`CARRY_MAX_S`. A GPU not in a sample (gone
+from NVML's list) counts no time until it is back; a lost or hung GPU in it
+counts allocated time but no activity. A holder that stops holding keeps its
+row, at its final totals, for :data:`RETAIN_S` seconds (at most
+:data:`MAX_GONE` rows), and continues from them if it comes back; a sample's
+re-publication (new pods) counts nothing again but gives new holders rows at 0.
+So per device the holders' allocated time plus its unallocated time is the
+device time counted, and active never exceeds allocated.
+
+Two signals come from the same pass. A holder is *idle* while the device is
+readable and it has no process there (where processes are read) or its active
+time did not grow (where activity is known); ``idle_s`` says for how long.
+Use *outside any allocation* is told apart as :data:`OUTSIDE_KINDS` says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from otel_gpu.attribute.k8s.energy import apportion, compute_slices
+from otel_gpu.sample.sources import GPM_GRAPHICS, GPM_SM_ACTIVE, UTIL_GPU
+from otel_gpu.snapshot import (
+    DeviceSample,
+    DeviceTime,
+    GpuTime,
+    HolderTime,
+    PodUsage,
+    Snapshot,
+)
+from otel_gpu.workload import JobRef, Workload
+
+RETAIN_S = 900.0
+"""Seconds a finished holder's row is kept at its final totals (as energy's rows)."""
+MAX_GONE = 128
+"""Finished rows kept at most; the oldest go first."""
+CARRY_MAX_S = 600.0
+"""Longest interval left to a later sample while pod attribution is missing."""
+IDLE_THRESHOLD_S = 1800.0
+"""Default of the ``idle_threshold`` setting: idle this long makes an idle allocation."""
+
+UNALLOCATED_DEVICE = "unallocated_device"
+"""A process on a device nobody holds."""
+OTHER_WORKLOAD = "other_workload"
+"""A workload's process on a device allocated to another workload."""
+HOST = "host"
+"""A process in no workload (a host process, or one whose cgroup names none) on a held device."""
+OUTSIDE_KINDS = (UNALLOCATED_DEVICE, OTHER_WORKLOAD, HOST)
+
+_US = 1_000_000
+
+
+def gpu_slices(model: str, instances: Sequence[DeviceSample]) -> int:
+    """A GPU's compute slices: 4 on an A30, 7 on the other MIG GPUs; never fewer than its
+    instances take."""
+    total = 4 if "A30" in model.upper() else 7
+    return max(total, sum(compute_slices(s.device.mig_profile) for s in instances))
+
+
+def activity(sample: DeviceSample) -> float | None:
+    """The fraction of the interval the device was busy, 0..1: GPM graphics engine
+    activity, else NVML utilization (a MIG instance: its GPM SM activity); None unread."""
+    if not sample.readable:
+        return None
+    keys = (GPM_GRAPHICS.key, GPM_SM_ACTIVE.key if sample.device.is_mig else UTIL_GPU.key)
+    for key in keys:
+        value = sample.values.get(key)
+        if value is not None:
+            return min(1.0, max(0.0, value / 100.0))
+    return None
+
+
+def holder_shares(snapshot: Snapshot, uuid: str) -> dict[Workload, float]:
+    """Each holder of ``uuid`` and its share of it (see the module docstring)."""
+    pods = snapshot.pods.attribution.holders(uuid) if snapshot.pods is not None else ()
+    if pods:
+        if any(h.shared for h in pods):
+            replicas: dict[Workload, set[object]] = {}
+            for h in pods:
+                replicas.setdefault(h.ref, set()).add((h.resource_name, h.replica))
+            held = sum(len(r) for r in replicas.values())
+            assert snapshot.pods is not None
+            advertised = snapshot.pods.attribution.advertised_replicas(uuid) or 0
+            whole = max(held, advertised)
+            return {ref: len(r) / whole for ref, r in replicas.items()}
+        refs = list(dict.fromkeys(h.ref for h in pods))
+        return dict.fromkeys(refs, 1.0 / len(refs))
+    others: tuple[Workload, ...] = snapshot.series_jobs(uuid)
+    if not others and snapshot.containers is not None:
+        others = snapshot.containers.devices.get(uuid, ())
+    return dict.fromkeys(others, 1.0 / len(others)) if others else {}
+
+
+@dataclass
+class _Row:
+    allocated: int = 0
+    active: int = 0
+    gone_since: float | None = None
+    idle_since: float | None = None
+    idle: bool | None = None
+
+
+@dataclass
+class _Device:
+    unallocated: int = 0
+    outside: int = 0
+    counted: int = 0
+    outside_now: tuple[str, ...] = ()
+    gone_since: float | None = None
+
+
+class GpuTimeLedger:
+    """Cumulative GPU time per (device, holder); see the module docstring. Calls come one
+    at a time (the publish loop's lock), so it keeps no lock."""
+
+    def __init__(self, *, idle_threshold: float = IDLE_THRESHOLD_S, pods: bool = False,
+                 retain: float = RETAIN_S, max_gone: int = MAX_GONE) -> None:
+        self.idle_threshold = idle_threshold
+        self.pods = pods
+        """Whether pod attribution is on: a sample without pods is then carried."""
+        self.retain = retain
+        self.max_gone = max_gone
+        self._rows: dict[tuple[str, Workload], _Row] = {}
+        self._devices: dict[str, _Device] = {}
+        self._at: dict[str, float] = {}
+        """GPU uuid -> the monotonic time its time was last counted to."""
+        self._seq: int | None = None
+        self._result = GpuTime(idle_threshold_s=idle_threshold)
+
+    def update(self, snapshot: Snapshot) -> GpuTime:
+        """The ledger after ``snapshot``; its interval is counted on its first call only."""
+        now = snapshot.taken_monotonic
+        live: set[tuple[str, Workload]] = set()
+        shares = {s.device.uuid: holder_shares(snapshot, s.device.uuid)
+                  for s in snapshot.devices}
+        for uuid, held in shares.items():
+            for holder in held:
+                live.add((uuid, holder))
+                self._rows.setdefault((uuid, holder), _Row())
+        if snapshot.seq != self._seq:
+            self._seq = snapshot.seq
+            self._count(snapshot, shares, now)
+            self._release(live, {s.device.uuid for s in snapshot.devices}, now)
+        self._result = self._publish(live, now)
+        return self._result
+
+    # --- one sample ---------------------------------------------------------------------
+
+    def _count(self, snapshot: Snapshot, shares: Mapping[str, Mapping[Workload, float]],
+               now: float) -> None:
+        carry = self.pods and snapshot.pods is None
+        usage = _usage_by_device(snapshot)
+        instances: dict[str, list[DeviceSample]] = {}
+        for s in snapshot.devices:
+            if s.device.parent_uuid is not None:
+                instances.setdefault(s.device.parent_uuid, []).append(s)
+        roots = {s.device.uuid for s in snapshot.devices if not s.device.is_mig}
+        self._at = {root: at for root, at in self._at.items() if root in roots}
+        for s in snapshot.devices:
+            if s.device.is_mig:
+                continue
+            root = s.device.uuid
+            last = self._at.get(root)
+            if carry and last is not None and now - last < CARRY_MAX_S:
+                continue  # the next sample with pods counts this interval too
+            self._at[root] = now
+            delta = 0 if last is None else max(0, round((now - last) * _US))
+            parts = instances.get(root)
+            if not parts:
+                self._device(s, delta, shares[root], usage.get(root, ()), now)
+                continue
+            total = gpu_slices(s.device.model, parts)
+            weights = {p.device.uuid: float(compute_slices(p.device.mig_profile))
+                       for p in parts}
+            weights[root] = float(total) - sum(weights.values())
+            split = apportion(delta, weights, root)
+            self._device(s, split.get(root, 0), {}, usage.get(root, ()), now)
+            for part in parts:
+                uuid = part.device.uuid
+                self._device(part, split.get(uuid, 0), shares[uuid], usage.get(uuid, ()),
+                             now)
+
+    def _device(self, sample: DeviceSample, delta: int, held: Mapping[Workload, float],
+                usage: Sequence[PodUsage], now: float) -> None:
+        """One device's part of the interval: each holder's, the rest, and what is used
+        outside any allocation."""
+        uuid = sample.device.uuid
+        dev = self._devices.setdefault(uuid, _Device())
+        dev.counted += delta
+        free = max(0.0, 1.0 - sum(held.values()))
+        split = apportion(delta, {**held, None: free}, None)
+        dev.unallocated += split.pop(None, 0)
+        busy = activity(sample)
+        outside = _outside_rows(usage, held)
+        dev.outside_now = _outside_kinds(sample, held, usage, outside)
+        if not held:
+            dev.outside += round(delta * busy) if busy is not None else 0
+        else:
+            dev.outside += min(delta, round(delta * sum(r.sm or 0.0 for r in outside)))
+        alone = len(held) == 1 and not outside and sum(held.values()) >= 1.0
+        for holder, share in held.items():
+            row = self._rows[(uuid, holder)]
+            allocated = split.get(holder, 0)
+            mine = [r for r in usage if r.pod == holder]
+            sm = [r.sm for r in mine if r.sm is not None]
+            if alone and busy is not None:
+                fraction: float | None = busy
+            elif sm:
+                fraction = sum(sm)
+            else:
+                fraction = None if busy is None else busy * share
+            active = 0 if fraction is None else min(allocated, round(delta * fraction))
+            row.allocated += allocated
+            row.active += active
+            row.idle = _idle(sample, holder, mine, delta, fraction, active)
+            if row.idle is True and row.idle_since is None:
+                row.idle_since = now
+            elif row.idle is False:
+                row.idle_since = None
+
+    # --- bounds -------------------------------------------------------------------------
+
+    def _release(self, live: set[tuple[str, Workload]], present: set[str], now: float) -> None:
+        gone: list[tuple[float, tuple[str, Workload]]] = []
+        for key, row in self._rows.items():
+            if key in live:
+                row.gone_since = None
+                continue
+            if row.gone_since is None:
+                row.gone_since = now
+                row.idle, row.idle_since = None, None
+            gone.append((row.gone_since, key))
+        gone.sort(key=lambda g: g[0])
+        extra = len(gone) - self.max_gone
+        for i, (since, key) in enumerate(gone):
+            if i < extra or now - since >= self.retain:
+                del self._rows[key]
+        kept = {uuid for uuid, _ in self._rows}
+        for uuid, dev in list(self._devices.items()):
+            if uuid in present:
+                dev.gone_since = None
+                continue
+            dev.gone_since = now if dev.gone_since is None else dev.gone_since
+            if uuid not in kept and now - dev.gone_since >= self.retain:
+                del self._devices[uuid]  # kept with its holders' rows: the sums hold
+
+    def _publish(self, live: set[tuple[str, Workload]], now: float) -> GpuTime:
+        holders = []
+        for (uuid, holder), row in sorted(self._rows.items(), key=_order):
+            idle: float | None = None
+            if (uuid, holder) in live and row.idle is not None:
+                idle = now - row.idle_since if row.idle_since is not None else 0.0
+            holders.append(HolderTime(uuid, holder, row.allocated, row.active, idle))
+        devices = tuple(DeviceTime(uuid, d.unallocated, d.outside, d.counted, d.outside_now)
+                        for uuid, d in sorted(self._devices.items()))
+        return GpuTime(tuple(holders), devices, self.idle_threshold)
+
+
+class GpuTimeStage:
+    """The attribution stage that runs last (an :class:`~otel_gpu.attribute.enrich.Enricher`):
+    sets :attr:`~otel_gpu.snapshot.Snapshot.gpu_time` from the workloads the others named.
+    Pure arithmetic on the snapshot: no file or socket is read."""
+
+    def __init__(self, ledger: GpuTimeLedger) -> None:
+        self.ledger = ledger
+
+    def process(self, snapshot: Snapshot) -> Snapshot:
+        return replace(snapshot, gpu_time=self.ledger.update(snapshot))
+
+
+def _usage_by_device(snapshot: Snapshot) -> dict[str, list[PodUsage]]:
+    """The usage rows (pods', else containers') by device; jobs have none of their own."""
+    out: dict[str, list[PodUsage]] = {}
+    for row in snapshot.usage():
+        out.setdefault(row.uuid, []).append(row)
+    return out
+
+
+def _outside_rows(usage: Sequence[PodUsage], held: Mapping[Workload, float]
+                  ) -> list[PodUsage]:
+    """The usage rows of processes no holder of the device accounts for."""
+    if not held or all(isinstance(h, JobRef) for h in held):
+        # Jobs have no usage rows: only processes in no pod or container are outside.
+        return [r for r in usage if r.processes and r.pod is None and held]
+    return [r for r in usage if r.processes and r.pod not in held]
+
+
+def _outside_kinds(sample: DeviceSample, held: Mapping[Workload, float],
+                   usage: Sequence[PodUsage], outside: Sequence[PodUsage]) -> tuple[str, ...]:
+    """Who uses the device outside any allocation now, as :data:`OUTSIDE_KINDS` names it."""
+    if not sample.processes:
+        return ()
+    if not held:
+        return (UNALLOCATED_DEVICE,)
+    kinds = {HOST if r.pod is None else OTHER_WORKLOAD for r in outside}
+    return tuple(k for k in OUTSIDE_KINDS if k in kinds)
+
+
+def _idle(sample: DeviceSample, holder: Workload, mine: Sequence[PodUsage], delta: int,
+          fraction: float | None, active: int) -> bool | None:
+    """Whether ``holder`` left the device idle this interval; None where it cannot be told."""
+    if not sample.readable:
+        return None
+    if sample.processes is not None:
+        if isinstance(holder, JobRef):
+            running = bool(sample.processes)  # a job's own processes are not told apart
+        else:
+            running = any(r.processes for r in mine)
+        if not running:
+            return True
+    if fraction is None or delta == 0:
+        return None if sample.processes is None else False
+    return active == 0
+
+
+def _order(item: tuple[tuple[str, Workload], _Row]) -> tuple[str, tuple[str, ...]]:
+    (uuid, holder), _ = item
+    return (uuid, holder.sort_key)

@@ -1,0 +1,284 @@
+"""GPU time per workload: the shares, the sums that always hold, and the two signals."""
+
+from __future__ import annotations
+
+import random
+from types import MappingProxyType
+
+import pytest
+
+from otel_gpu.attribute.gputime import (
+    HOST,
+    OTHER_WORKLOAD,
+    UNALLOCATED_DEVICE,
+    GpuTimeLedger,
+    GpuTimeStage,
+    gpu_slices,
+)
+from otel_gpu.sample.sources import GPM_GRAPHICS, GPM_SM_ACTIVE, UTIL_GPU
+from otel_gpu.snapshot import (
+    FAILED,
+    Attribution,
+    Containers,
+    GpuTime,
+    Pods,
+    PodUsage,
+    ProcessUsage,
+)
+from otel_gpu.workload import ContainerRef, Holder, JobRef, PodRef
+from tests.support.snapshots import GPU0, GPU1, MIG_A, MIG_B, gpu_device, mig_device, sample
+from tests.support.snapshots import snapshot as make_snapshot
+
+A = PodRef("train-a", "ml", "main")
+B = PodRef("train-b", "ml", "main")
+C = PodRef("notebook-c", "lab", "nb")
+S = 1_000_000
+G0 = gpu_device(GPU0, 0)
+G1 = gpu_device(GPU1, 1)
+MA = mig_device(MIG_A, G1, gi=1, profile="3g.20gb")
+MB = mig_device(MIG_B, G1, gi=2, profile="1g.5gb")
+
+
+def _held(uuid: str, *refs: PodRef, shared: bool = False) -> dict[str, tuple[Holder, ...]]:
+    return {uuid: tuple(Holder(r, i if shared else None, "nvidia.com/gpu", shared)
+                        for i, r in enumerate(refs))}
+
+
+def _pods(holders: dict | None = None, usage: tuple[PodUsage, ...] = (),
+          replicas: dict[str, int] | None = None) -> Pods:
+    return Pods(Attribution(holders or {}, replicas=replicas or {}), usage=usage)
+
+
+def _gpu(util: float | None = None, device=G0, gpm: float | None = None, **fields):
+    values = {}
+    if util is not None:
+        values[UTIL_GPU.key] = util
+    if gpm is not None:
+        values[GPM_GRAPHICS.key] = gpm
+    return sample(device, values=values, **fields)
+
+
+def _at(ledger: GpuTimeLedger, t: float, *samples, seq: int | None = None, **fields) -> GpuTime:
+    snap = make_snapshot(*samples, seq=int(t) if seq is None else seq, taken_monotonic=t,
+                         **fields)
+    return ledger.update(snap)
+
+
+def _holders(result: GpuTime) -> dict[tuple[str, object], tuple[int, int]]:
+    return {(h.uuid, h.holder): (h.allocated, h.active) for h in result.holders}
+
+
+def _device(result: GpuTime, uuid: str = GPU0):
+    return next(d for d in result.devices if d.uuid == uuid)
+
+
+# --- the shares --------------------------------------------------------------------------
+
+
+def test_a_whole_gpu_holder_gets_the_interval_and_its_activity_from_gpm_before_utilization():
+    ledger = GpuTimeLedger(pods=True)
+    pods = _pods(_held(GPU0, A))
+    first = _at(ledger, 100, _gpu(40, gpm=25), pods=pods)
+    assert _holders(first) == {(GPU0, A): (0, 0)}  # exists at 0 from its first sample
+    result = _at(ledger, 110, _gpu(40, gpm=25), pods=pods)
+    assert _holders(result) == {(GPU0, A): (10 * S, int(2.5 * S))}
+    result = _at(ledger, 120, _gpu(40), pods=pods)  # no GPM on this GPU: utilization
+    assert _holders(result) == {(GPU0, A): (20 * S, int(6.5 * S))}
+    assert _device(result).unallocated == 0
+    assert _device(result).counted == 20 * S
+
+
+def test_a_time_sliced_gpu_gives_each_holder_its_replicas_over_those_advertised():
+    ledger = GpuTimeLedger(pods=True)
+    usage = (PodUsage(GPU0, A, 1, sm=0.5), PodUsage(GPU0, B, 1, sm=0.1))
+    pods = _pods(_held(GPU0, A, B, shared=True), usage, replicas={GPU0: 4})
+    _at(ledger, 0, _gpu(60), pods=pods)
+    result = _at(ledger, 10, _gpu(60), pods=pods)
+    # A used more than its quarter: its active time stops at its allocated time.
+    assert _holders(result) == {(GPU0, A): (int(2.5 * S), int(2.5 * S)),
+                                (GPU0, B): (int(2.5 * S), 1 * S)}
+    assert _device(result).unallocated == 5 * S
+
+
+def test_a_time_sliced_gpu_without_advertised_replicas_is_split_over_the_replicas_held():
+    ledger = GpuTimeLedger(pods=True)
+    pods = _pods(_held(GPU0, A, B, shared=True))
+    _at(ledger, 0, _gpu(0), pods=pods)
+    result = _at(ledger, 10, _gpu(0), pods=pods)
+    assert _holders(result) == {(GPU0, A): (5 * S, 0), (GPU0, B): (5 * S, 0)}
+
+
+def test_a_mig_instance_is_its_compute_slices_of_the_gpu_and_its_own_activity():
+    assert gpu_slices("NVIDIA A30", ()) == 4
+    assert gpu_slices("NVIDIA H100 80GB HBM3", ()) == 7
+    ledger = GpuTimeLedger(pods=True)
+    pods = _pods(_held(MIG_A, A))
+    devices = (_gpu(device=G1), sample(MA, values={GPM_SM_ACTIVE.key: 50.0}), sample(MB))
+    _at(ledger, 0, *devices, pods=pods)
+    result = _at(ledger, 7, *devices, pods=pods)
+    assert _holders(result) == {(MIG_A, A): (3 * S, int(1.5 * S))}
+    assert _device(result, MIG_B).unallocated == 1 * S
+    assert _device(result, GPU1).unallocated == 3 * S  # slices no instance takes
+    assert sum(d.counted for d in result.devices) == 7 * S
+
+
+# --- what an interval is counted by ------------------------------------------------------
+
+
+def test_a_sample_without_pods_leaves_its_interval_to_the_next_one_with_pods():
+    ledger = GpuTimeLedger(pods=True)
+    pods = _pods(_held(GPU0, A))
+    _at(ledger, 0, _gpu(100), pods=pods)
+    held = _at(ledger, 10, _gpu(100))  # the pod stage held: no pods on this sample
+    assert _holders(held) == {(GPU0, A): (0, 0)}
+    result = _at(ledger, 20, _gpu(100), pods=pods)
+    assert _holders(result) == {(GPU0, A): (20 * S, 20 * S)}
+
+
+def test_a_republication_counts_nothing_again_and_gives_a_new_holder_its_row_at_zero():
+    ledger = GpuTimeLedger(pods=True)
+    _at(ledger, 0, _gpu(10), pods=_pods())
+    once = _at(ledger, 10, _gpu(10), pods=_pods(), seq=2)
+    again = _at(ledger, 10, _gpu(10), pods=_pods(_held(GPU0, A)), seq=2)
+    assert _device(again).unallocated == _device(once).unallocated == 10 * S
+    assert _holders(again) == {(GPU0, A): (0, 0)}
+
+
+def test_a_lost_gpu_stays_allocated_with_no_activity_and_a_gpu_gone_from_nvml_counts_no_gap():
+    ledger = GpuTimeLedger(pods=True)
+    pods = _pods(_held(GPU0, A))
+    _at(ledger, 0, _gpu(50), pods=pods)
+    lost = _at(ledger, 10, _gpu(50, state=FAILED), pods=pods)
+    assert _holders(lost) == {(GPU0, A): (10 * S, 0)}
+    assert lost.holders[0].idle_s is None  # a lost GPU is its own event, not an idle one
+    _at(ledger, 20, pods=pods)  # gone from NVML's list
+    _at(ledger, 50, _gpu(50), pods=pods)  # back: the 30 s away are not counted
+    result = _at(ledger, 60, _gpu(50), pods=pods)
+    assert _holders(result) == {(GPU0, A): (20 * S, 5 * S)}
+
+
+def test_a_finished_holder_keeps_its_totals_for_the_retention_and_continues_if_it_returns():
+    ledger = GpuTimeLedger(pods=True, retain=100.0)
+    _at(ledger, 0, _gpu(0), pods=_pods(_held(GPU0, A)))
+    _at(ledger, 10, _gpu(0), pods=_pods(_held(GPU0, A)))
+    gone = _at(ledger, 20, _gpu(0), pods=_pods())
+    assert _holders(gone) == {(GPU0, A): (10 * S, 0)}
+    back = _at(ledger, 30, _gpu(0), pods=_pods(_held(GPU0, A)))
+    assert _holders(back) == {(GPU0, A): (20 * S, 0)}
+    _at(ledger, 40, _gpu(0), pods=_pods())
+    assert _holders(_at(ledger, 150, _gpu(0), pods=_pods())) == {}
+
+
+def _random_snapshot(rng: random.Random, t: float, seq: int):
+    refs = [A, B, C]
+    devices = []
+    holders: dict[str, tuple[Holder, ...]] = {}
+    usage: list[PodUsage] = []
+    if rng.random() < 0.9:
+        devices.append(_gpu(rng.choice([None, 0, 30, 100]),
+                            state=FAILED if rng.random() < 0.1 else "ok",
+                            gpm=rng.choice([None, 70])))
+        shared = rng.random() < 0.5
+        chosen = rng.sample(refs, rng.randint(0, 3 if shared else 1))
+        holders.update(_held(GPU0, *chosen, shared=shared))
+        usage += [PodUsage(GPU0, rng.choice([*refs, None]), 1, sm=rng.random())
+                  for _ in range(rng.randint(0, 3))]
+    if rng.random() < 0.9:
+        devices += [_gpu(device=G1), sample(MA, values={GPM_SM_ACTIVE.key: rng.random() * 100}),
+                    sample(MB)]
+        for uuid in (MIG_A, MIG_B):
+            holders.update(_held(uuid, *rng.sample(refs, rng.randint(0, 1))))
+    replicas = {GPU0: rng.choice([0, 2, 4])}
+    pods = None if rng.random() < 0.15 else _pods(holders, tuple(usage), replicas)
+    return make_snapshot(*devices, seq=seq, taken_monotonic=t, pods=pods)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_through_churn_outages_losses_mig_and_time_slicing_the_sums_hold(seed):
+    """Holders come and go, the pod stage misses samples, GPUs are lost or leave NVML's
+    list, shares change: per device the holders' time plus the unallocated time is the
+    device time counted, active never passes allocated, nothing goes back, and a GPU never
+    counts more than the wall time."""
+    rng = random.Random(seed)
+    ledger = GpuTimeLedger(pods=True, retain=1e9, max_gone=10_000)
+    t, first = 0.0, None
+    before: dict = {}
+    for seq in range(1, 301):
+        t += rng.choice([0.5, 10.0, 10.0, 37.0, 700.0])
+        snap = _random_snapshot(rng, t, seq)
+        result = ledger.update(snap)
+        first = t if first is None else first
+        if rng.random() < 0.2:  # a re-publication with other pods
+            result = ledger.update(_random_snapshot(rng, t, seq))
+        rows = _holders(result)
+        for key, (allocated, active) in rows.items():
+            assert 0 <= active <= allocated, key
+            assert allocated >= before.get(key, (0, 0))[0]
+            assert active >= before.get(key, (0, 0))[1]
+        before = rows
+        for device in result.devices:
+            held = sum(a for (uuid, _), (a, _) in rows.items() if uuid == device.uuid)
+            assert held + device.unallocated == device.counted, device.uuid
+            assert device.outside <= device.counted
+        for root, parts in ((GPU0, (GPU0,)), (GPU1, (GPU1, MIG_A, MIG_B))):
+            counted = sum(d.counted for d in result.devices if d.uuid in parts)
+            assert counted <= round((t - first) * S), root
+
+
+# --- the signals ---------------------------------------------------------------------------
+
+
+def test_a_pod_holding_a_gpu_with_no_process_is_idle_until_one_runs():
+    ledger = GpuTimeLedger(pods=True, idle_threshold=30.0)
+    pods = _pods(_held(GPU0, A), (PodUsage(GPU0, A, 0),))
+    assert _at(ledger, 0, _gpu(0, processes=()), pods=pods).holders[0].idle_s == 0.0
+    assert _at(ledger, 10, _gpu(0, processes=()), pods=pods).holders[0].idle_s == 10.0
+    assert _at(ledger, 50, _gpu(0, processes=()), pods=pods).holders[0].idle_s == 50.0
+    busy = _pods(_held(GPU0, A), (PodUsage(GPU0, A, 1, sm=0.4),))
+    result = _at(ledger, 60, _gpu(40, processes=(ProcessUsage(7, sm=0.4),)), pods=busy)
+    assert result.holders[0].idle_s == 0.0
+    assert result.idle_threshold_s == 30.0
+
+
+def test_a_docker_container_whose_process_does_nothing_is_idle():
+    ledger = GpuTimeLedger()
+    box = ContainerRef("a" * 64, "trainer")
+    containers = Containers(MappingProxyType({GPU0: (box,)}), (PodUsage(GPU0, box, 1, sm=0.0),))
+    procs = (ProcessUsage(7, sm=0.0),)
+    _at(ledger, 0, _gpu(0, processes=procs), containers=containers)
+    _at(ledger, 10, _gpu(0, processes=procs), containers=containers)
+    result = _at(ledger, 20, _gpu(0, processes=procs), containers=containers)
+    assert _holders(result) == {(GPU0, box): (20 * S, 0)}
+    assert result.holders[0].idle_s == 10.0
+
+
+def test_a_slurm_job_whose_gpu_has_no_process_is_idle_and_its_time_allocated():
+    ledger = GpuTimeLedger()
+    jobs = MappingProxyType({GPU0: (JobRef("1234"),)})
+    _at(ledger, 0, _gpu(0, processes=()), jobs=jobs)
+    result = _at(ledger, 600, _gpu(0, processes=()), jobs=jobs)
+    assert _holders(result) == {(GPU0, JobRef("1234")): (600 * S, 0)}
+    assert result.holders[0].idle_s == 600.0
+
+
+def test_use_outside_any_allocation_is_told_apart():
+    ledger = GpuTimeLedger(pods=True)
+    procs = (ProcessUsage(7, sm=0.5),)
+    free = _at(ledger, 0, _gpu(50, processes=procs),
+               pods=_pods(usage=(PodUsage(GPU0, None, 1, sm=0.5),)))
+    assert _device(free).outside_now == (UNALLOCATED_DEVICE,)
+    other = _pods(_held(GPU0, A), (PodUsage(GPU0, A, 0), PodUsage(GPU0, B, 1, sm=0.3),
+                                   PodUsage(GPU0, None, 1, sm=0.2)))
+    both = _at(ledger, 10, _gpu(50, processes=procs * 2), pods=other)
+    assert _device(both).outside_now == (OTHER_WORKLOAD, HOST)
+    assert _device(both).outside == 5 * S  # the interval's use of a GPU nobody held
+    again = _at(ledger, 20, _gpu(50, processes=procs * 2), pods=other)
+    assert _device(again).outside == 5 * S + 5 * S  # B's 0.3 and the host's 0.2
+    mine = _pods(_held(GPU0, A), (PodUsage(GPU0, A, 1, sm=0.5),))
+    assert _device(_at(ledger, 30, _gpu(50, processes=procs), pods=mine)).outside_now == ()
+
+
+def test_the_stage_attaches_the_ledger_to_the_snapshot():
+    stage = GpuTimeStage(GpuTimeLedger())
+    snap = stage.process(make_snapshot(_gpu(10), seq=1))
+    assert snap.gpu_time is not None and _device(snap.gpu_time).counted == 0
