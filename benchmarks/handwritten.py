@@ -15,7 +15,7 @@ otel-gpu reads from an H100 each sample: the same NVML calls with the same argum
 (31 fields and 18 NVLink link states in one batched call, 32 GPM metrics, the XID
 event wait, the GPU count), each value one series. It is the baseline for otel-gpu's
 fixed cost of a sample: with it, the difference is the collector's own work, not
-what it reads. ``tests/test_benchmarks.py`` holds its calls to the collector's.
+what it reads. ``benchmarks/tests/test_benchmarks.py`` holds its calls to the collector's.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 
 FILE is a run of ``benchmarks.run`` or of ``benchmarks.paired`` (every system at once).
 docs/performance.md's tables are this command's output for the JSON they name
-(tests/test_performance_doc.py holds them to it).
+(benchmarks/tests/test_performance_doc.py holds them to it).
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ fi
 "$VENV/bin/mypy"
 # Compiled once here: where PYTHONDONTWRITEBYTECODE is set, every collector the
 # tests start would otherwise compile the package again (a third of its start).
-"$VENV/bin/python" -m compileall -q otel_gpu benchmarks >/dev/null
+"$VENV/bin/python" -m compileall -q otel_gpu testkit benchmarks >/dev/null
 # Two workers per core: the suite mostly waits on the processes it starts
 # (about half of two cores busy with one worker per core).
 "$VENV/bin/python" -m pytest -n "${PYTEST_WORKERS:-$(( $(nproc) * 2 ))}" "$@"

@@ -18,11 +18,11 @@ from tests.support.nvml import FakeNvmlInstaller
 from tests.support.snapshots import sample_node
 
 SLOW = (
-    "tests/test_benchmarks.py", "tests/test_soak.py", "tests/test_scale.py", "tests/deploy/",
+    "tests/test_soak.py", "tests/test_scale.py", "tests/deploy/",
     "tests/image/", "tests/e2e/test_dashboards.py",
 )
 """Where the ``slow`` marker goes: what the quick loop (``-m "not slow and not support"``) skips.
-Besides these places (the benchmark, soak and scale runs, the deploy and image recipes, a
+Besides these places (the soak and scale runs, the deploy and image recipes, a
 real Prometheus), a test that waits out real timeouts or works at scale (thousands of pods,
 hundreds of GPUs, bursts of clients) carries the marker itself, with its reason beside it."""
 

@@ -62,7 +62,7 @@ def test_each_attribute_name_is_spelled_in_otel_gpu_workload_alone():
     assert found == []
 
 
-@pytest.mark.parametrize("folder", ["otel_gpu", "tests", "benchmarks", "scripts"])
+@pytest.mark.parametrize("folder", ["otel_gpu", "tests", "testkit", "benchmarks", "scripts"])
 def test_workload_names_are_imported_from_otel_gpu_workload_only(folder):
     """No module hands a workload name on (no re-export keeping another path alive)."""
     found = []

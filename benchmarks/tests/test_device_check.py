@@ -17,7 +17,7 @@ import yaml
 
 from otel_gpu.sim.scenario import PROFILES_DIR
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FAST = ["--simulate", "h100x8", "--interval", "0.5", "--latency-calls", "3",
         "--quiet-seconds", "1.5", "--scrape-seconds", "0.5"]
 
@@ -52,7 +52,7 @@ def test_the_check_passes_on_the_simulator_and_writes_both_reports(tmp_path):
     assert set(data["cost"]) == {"otel-gpu", "handwritten", "handwritten-same"}
     assert data["cost"]["otel-gpu"]["nvml_calls_per_gpu_per_sample"] > 0
     # the baseline reading what otel-gpu reads calls nothing otel-gpu does not, the batch
-    # and GPM included (tests/test_benchmarks.py compares the two call by call)
+    # and GPM included (benchmarks/tests/test_benchmarks.py compares the two call by call)
     same = data["cost"]["handwritten-same"]["nvml_calls_by_symbol"]
     ours = data["cost"]["otel-gpu"]["nvml_calls_by_symbol"]
     assert set(same) <= set(ours)

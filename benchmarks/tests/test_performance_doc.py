@@ -17,7 +17,7 @@ import pytest
 
 from benchmarks.report import FIGURES, render
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "performance.md"
 HISTORY = ROOT / "docs" / "performance-history.md"
 BLOCK = re.compile(

@@ -1,0 +1,1 @@
+"""The benchmark's tests (collected by pytest through ``testpaths``)."""
