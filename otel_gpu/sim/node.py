@@ -16,8 +16,10 @@ node to find which pod a GPU process belongs to:
   with the cgroupfs driver).
 
 :func:`run_node` does that in a temporary directory and serves the pods'
-allocations on a fake kubelet there (:mod:`otel_gpu.sim.kubelet`): what
-``--simulate`` does with a scenario that has pods.
+allocations on a fake kubelet there (:mod:`otel_gpu.sim.kubelet`), and the
+containers Docker runs outside Kubernetes on a fake Docker API
+(:mod:`otel_gpu.sim.runtime`): what ``--simulate`` does with a scenario that has
+pods.
 
 Run against a scenario::
 
@@ -49,6 +51,7 @@ from otel_gpu.sim.scenario import (
 
 if TYPE_CHECKING:  # gRPC is imported only for a scenario with pods
     from otel_gpu.sim.kubelet import KubeletServer
+    from otel_gpu.sim.runtime import RuntimeServer
 
 _V1_CONTROLLERS = ("hugetlb", "memory", "cpu,cpuacct", "pids", "devices", "blkio", "cpuset",
                    "freezer", "net_cls,net_prio", "perf_event")
@@ -135,33 +138,41 @@ class RunningNode:
     directory: Path
     paths: NodePaths
     kubelet: KubeletServer
+    runtime: RuntimeServer | None = None
+    """The fake Docker API, when the node has containers Docker runs outside Kubernetes."""
 
     @property
     def runtime_socket(self) -> str:
-        """Where the node's container runtime would listen: nothing is there, so the
-        host's own runtime is never asked about simulated processes."""
+        """Where the node's Docker listens: served when the node has Docker containers
+        outside Kubernetes, else nothing is there (the host's own runtime is never asked
+        about simulated processes)."""
         return str(self.directory / "docker.sock")
 
     def close(self) -> None:
-        """Stop the kubelet and remove the files."""
+        """Stop the kubelet and the runtime, and remove the files."""
         self.kubelet.close()
+        if self.runtime is not None:
+            self.runtime.close()
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
 def run_node(scenario: Scenario) -> RunningNode:
     """The scenario's node in a fresh temporary directory: its ``/proc`` and kubelet log
-    trees written, and its pods' allocations served by a fake kubelet on a socket there."""
+    trees written, its pods' allocations served by a fake kubelet on a socket there, and
+    its Docker containers outside Kubernetes by a fake Docker API beside it."""
     from otel_gpu.sim.kubelet import (
         KubeletServer,
         allocatable_reply,
         scenario_allocatable,
         scenario_pods,
     )
+    from otel_gpu.sim.runtime import RuntimeServer
 
     if scenario.node is None:
         raise ScenarioError(f"scenario {scenario.name} has no node section")
     directory = Path(tempfile.mkdtemp(prefix="otel-gpu-node-",
                                       dir="/tmp" if os.path.isdir("/tmp") else None))
+    kubelet: KubeletServer | None = None
     try:
         paths = write_node(scenario.node, directory)
         kubelet = KubeletServer(directory / "kubelet.sock")
@@ -169,10 +180,16 @@ def run_node(scenario: Scenario) -> RunningNode:
         kubelet.set_allocatable_reply(allocatable_reply(
             scenario_allocatable(scenario.node, scenario.devices)))
         kubelet.start()
+        node = RunningNode(directory, paths, kubelet)
+        docker = [c for c in scenario.node.containers if c.runtime == "docker"]
+        if docker:
+            node.runtime = RuntimeServer(node.runtime_socket, docker).start()
     except BaseException:
+        if kubelet is not None:
+            kubelet.close()
         shutil.rmtree(directory, ignore_errors=True)
         raise
-    return RunningNode(directory, paths, kubelet)
+    return node
 
 
 def _write(path: Path, text: str) -> None:

@@ -28,7 +28,7 @@ devices:
       - {profile: 3g.40gb, gpu_instance_id: 2, gpm: {SM_UTIL: 70, DRAM_BW_UTIL: 35}}
       - {profile: 1g.10gb, gpu_instance_id: 9}
   - name: NVIDIA H100 80GB HBM3
-    gpm: {SM_UTIL: 1, unsupported: true}
+    gpm: {unsupported: true}
   - name: NVIDIA H100 80GB HBM3
     gpm: {SM_UTIL: 1, no_permission: true}
 """
@@ -197,3 +197,20 @@ def test_a_mig_instance_cannot_be_unsupported_on_its_own(tmp_path):
                            "           gpm: {unsupported: true}}]\n")
     with pytest.raises(ScenarioError, match=r"devices\[0\]\.mig\[0\]\.gpm\.unsupported: unknown"):
         load_scenario(path)
+
+
+@pytest.mark.parametrize(("gpu", "where"), [
+    ("", "devices[0].mig[0].gpm"),                       # a GPU before Hopper
+    ("    gpm: {unsupported: true}\n", "devices[0].mig[0].gpm"),
+    ("    gpm: {SM_UTIL: 1, unsupported: true}\n", "devices[0].gpm"),
+])
+def test_gpm_values_that_would_never_be_read_are_refused(tmp_path, gpu, where):
+    # the demo's MIG instances once had GPM values on a GPU without GPM: silently unused
+    path = write(tmp_path, "devices:\n  - name: NVIDIA H100\n" + gpu +
+                           "    mig: [{profile: 3g.40gb, gpu_instance_id: 1,\n"
+                           "           gpm: {SM_UTIL: 70}}]\n")
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    message = str(info.value)
+    assert f": {where}: " in message and "never read" in message
+    assert "\n" not in message

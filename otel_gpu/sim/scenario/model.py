@@ -446,8 +446,8 @@ class KubeletDevice:
 
 @spec
 class ContainerSpec:
-    """A container of a fake node's pod (or one outside Kubernetes): its id, its
-    processes, its cgroup layout and the devices the kubelet lists as its."""
+    """A pod's container (or one outside Kubernetes): its id, processes, cgroup layout,
+    and the devices the kubelet lists as its (a pod's) or its image (outside)."""
 
     name: str = key(required=True)
     id: str = key()
@@ -456,6 +456,8 @@ class ContainerSpec:
     driver: str = key(default="systemd")
     runtime: str = key(default="containerd")
     devices: tuple[KubeletDevice, ...] = key(default=())
+    image: str = key(default="")
+    """What the runtime API names its image (outside Kubernetes only); empty: an image id."""
 
 
 @spec

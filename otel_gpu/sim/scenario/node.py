@@ -30,6 +30,7 @@ _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _POD_UID = re.compile(r"^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
                       r"|[0-9a-f]{32})$")
 _CONTAINER_ID = re.compile(r"^[0-9a-f]{64}$")
+_IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
 
 
 class NodeChecks(Checks):
@@ -39,6 +40,14 @@ class NodeChecks(Checks):
         text = self.string(path, raw)
         if len(text) > 253 or not _K8S_NAME.match(text):
             self.fail(path, f"expected a lowercase DNS name (a-z, 0-9, '-', '.'), "
+                            f"got {show(raw)}")
+        return text
+
+    def image(self, path: str, raw: Any) -> str:
+        """An image reference as ``docker run`` takes it (``registry/name:tag``)."""
+        text = self.string(path, raw)
+        if len(text) > 512 or not _IMAGE.match(text):
+            self.fail(path, f"expected an image reference (e.g. pytorch/pytorch:2.3.1), "
                             f"got {show(raw)}")
         return text
 
@@ -112,7 +121,8 @@ class NodeChecks(Checks):
                       gpus: tuple[GpuSpec, ...] | None = None) -> ContainerSpec:
             """A pod's container (``gpus`` given: it may hold devices) or one outside
             Kubernetes (the runtime defaults to docker); ``seed`` makes its default id."""
-            self.keys(ContainerSpec, cp, c, exclude=() if gpus is not None else ("devices",))
+            self.keys(ContainerSpec, cp, c,
+                      exclude=("image",) if gpus is not None else ("devices",))
             cname = self.k8s_name(f"{cp}.name", c["name"])
             unique(cp, (*scope, cname), f"container {cname}")
             if "id" in c:
@@ -131,7 +141,8 @@ class NodeChecks(Checks):
                                    CGROUP_DRIVERS),
                 runtime=self.choice(f"{cp}.runtime", runtime, RUNTIMES),
                 devices=(self.kubelet_devices(f"{cp}.devices", c.get("devices", []), gpus)
-                         if gpus is not None else ()))
+                         if gpus is not None else ()),
+                image=self.image(f"{cp}.image", c["image"]) if "image" in c else "")
 
         for i, item in enumerate(self.sequence(f"{path}.pods", raw.get("pods", []))):
             p = f"{path}.pods[{i}]"

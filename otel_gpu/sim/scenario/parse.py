@@ -195,7 +195,11 @@ class _Parser(NodeChecks):
             if metric in metrics:
                 self.fail(p, f"GPM metric {metric} is listed twice")
             metrics[metric] = self.value(p, value)
-        return Gpm(metrics=MappingProxyType(metrics), **self.read(Gpm, path, raw))
+        gpm = Gpm(metrics=MappingProxyType(metrics), **self.read(Gpm, path, raw))
+        if gpm.unsupported and metrics:
+            self.fail(path, "metric values with unsupported: true are never read (the "
+                            "support query says no): drop them, or unsupported")
+        return gpm
 
     def nvlink(self, path: str, raw: Any) -> NvLinks:
         self.keys(NvLinks, path, raw)
@@ -360,6 +364,9 @@ class _Parser(NodeChecks):
         else:
             uuid = self.claim_uuid(f"{path} (generated)",
                                    _make_uuid("MIG-", scenario, gpu.index, slot))
+        if "gpm" in raw and (gpu.gpm is None or gpu.gpm.unsupported):
+            self.fail(f"{path}.gpm", "GPM values of a MIG instance are never read when its GPU "
+                                     "has no GPM (give the GPU gpm, or drop these)")
         return MigSpec(
             slot=slot,
             profile=profile,
