@@ -2,7 +2,7 @@
 """The real-GPU check, from a checkout: ``python scripts/device_check.py --out DIR``.
 
 The check lives in :mod:`benchmarks.device_check` (it reuses the benchmark's launcher,
-baselines and the tests' fake kubelet); this wrapper runs it from the repository root
+baselines and testkit's fake kubelet); this wrapper runs it from the repository root
 so that the old path keeps working. See docs/device-check/README.md.
 """
 
@@ -17,6 +17,6 @@ ROOT = Path(__file__).resolve().parents[1]
 if __name__ == "__main__":
     os.chdir(ROOT)
     sys.path.insert(0, str(ROOT))
-    from benchmarks.device_check import main
+    from benchmarks.device_check.cli import main
 
     raise SystemExit(main())

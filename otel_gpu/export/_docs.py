@@ -9,16 +9,18 @@ from importlib import resources
 from otel_gpu.export.naming.otel import prometheus_name
 from otel_gpu.instrument.attributes import DEVICE_ATTRIBUTES, IDENTITY_ATTRIBUTES
 from otel_gpu.instrument.catalog import CATALOG
+from otel_gpu.instrument.process import PROCESS_METRICS
 from otel_gpu.instrument.schema import Metric
 from otel_gpu.workload import WORKLOAD_ATTRIBUTES
 
 __all__ = ["markdown", "migration", "prometheus_name", "text_table"]
 
 def documented() -> tuple[Metric, ...]:
-    """Every row the endpoint can serve: the catalog's and the GPU event detector's."""
+    """Every row the endpoint can serve: the catalog's, the GPU event detector's and the
+    process's (these two with OTLP on)."""
     from otel_gpu.export.events.detector import EventDetector  # after naming, which imports this
 
-    return (*CATALOG, *EventDetector().metrics())
+    return (*CATALOG, *EventDetector().metrics(), *PROCESS_METRICS)
 
 
 def text_table(catalog: Sequence[Metric] | None = None) -> str:
@@ -91,6 +93,21 @@ def markdown(catalog: Sequence[Metric] | None = None) -> str:
         "interval, between 1 and 10 s) is *hung*: its values are omitted,",
         "`otel_gpu.device.sample.age` grows, `hw.status` keeps the last state read,",
         "`/readyz` counts it as unreadable, and the other GPUs keep being read on time.",
+        "",
+        "## The collector's own process",
+        "",
+        "Every `/metrics` answer, whatever the naming profiles, starts with the series every",
+        "Prometheus exporter serves about itself, under prometheus_client's names:",
+        "`process_cpu_seconds_total`, `process_resident_memory_bytes`,",
+        "`process_virtual_memory_bytes`, `process_start_time_seconds`, `process_open_fds`",
+        "and `process_max_fds`. They are read from `/proc/self` at each scrape (not per",
+        "sample), so an alert such as",
+        "`process_resident_memory_bytes{job=\"otel-gpu\"} > 400e6` works as it does for",
+        "node_exporter or dcgm-exporter. Where `/proc` is missing (not Linux) they are left out.",
+        "Over OTLP the same values are the `process.*` metrics of the table above (the",
+        "semantic conventions name no maximum of descriptors, and give `process.uptime`",
+        "instead of a start time), under the node's Resource; with OTLP on, the `otel`",
+        "profile's body has them too.",
         "",
     ]
     return "\n".join(out)

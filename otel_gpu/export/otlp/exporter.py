@@ -26,6 +26,7 @@ from otel_gpu.export.otlp.transport import (
     resolve,
     url,
 )
+from otel_gpu.instrument.process import PROCESS_METRICS
 from otel_gpu.instrument.schema import Metric
 from otel_gpu.publish.pipeline import Subscriber
 
@@ -63,7 +64,9 @@ class OtlpMetricsExporter:
         metrics.validate(self.settings, self._environ)
 
     def prepare(self, resource: Resource) -> Sequence[Metric]:
-        return ()
+        """The collector's own ``process.*`` metrics, which a Prometheus scrape has under
+        prometheus_client's names instead (:mod:`otel_gpu.export.prometheus.process`)."""
+        return PROCESS_METRICS
 
     def readers(self, resource: Resource, source: CollectingReader) -> list[MetricReader]:
         from otel_gpu.export.otlp import metrics

@@ -22,6 +22,7 @@ from otel_gpu.export.naming.exposition import Family, render
 from otel_gpu.export.naming.exposition import format_value as profile_value
 from otel_gpu.export.prometheus.cache import RenderCache
 from otel_gpu.export.prometheus.formats import ALLOW_UTF8, Style, escape_name, legacy_label, quote
+from otel_gpu.export.prometheus.process import ProcessScrape
 from otel_gpu.export.prometheus.text import (
     PROMETHEUS,
     TextWriter,
@@ -194,11 +195,12 @@ class PrometheusExporter:
             data = telemetry.collect(snapshot) if instruments else None
             return Collection(data, collect_families(profiles, snapshot), self._writers)
 
-        self.scrape = RenderCache(body, lambda: store.version, max_age=timings.render_max_age,
-                                  clock=published.clock,
-                                  published=lambda: store.latest is not None,
-                                  idle_after=timings.render_idle_after,
-                                  utf8_names=self.settings.utf8_names)
+        # each answer starts with the process_* series, read at the scrape
+        self.scrape = ProcessScrape(body, lambda: store.version, max_age=timings.render_max_age,
+                                    clock=published.clock,
+                                    published=lambda: store.latest is not None,
+                                    idle_after=timings.render_idle_after,
+                                    utf8_names=self.settings.utf8_names)
         return (RenderSubscriber(self.scrape),)
 
     def describe(self, served: Served) -> str:
