@@ -21,7 +21,8 @@ def main(argv: list[str] | None = None) -> int:
         sub = argparse.ArgumentParser()
         sub.add_argument("--simulate")
         return reader_main(sub.parse_args(argv[1:]).simulate)
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.device_check",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True,
                         help="directory for device-check.json and device-check.md")
     parser.add_argument("--simulate", metavar="PROFILE|FILE",

@@ -82,3 +82,49 @@ def test_a_reference_that_disagrees_fails_the_check(tmp_path):
     assert {f for f, *_ in failed} <= {"nvidia_gpu_power_limit_watts", "hw_gpu_memory_limit_bytes",
                                       "nvidia_gpu_memory_free_bytes", "hw_gpu_memory_utilization"}
     assert "FAIL" in (tmp_path / "out" / "device-check.md").read_text()
+
+
+def test_a_new_catalog_metric_is_compared_with_its_kinds_and_units_tolerance():
+    """The specs derive from the catalog: a row added there is a spec here, its tolerance
+    the default for its kind and unit, an override by its name where one is given."""
+    from benchmarks.device_check import specs
+    from otel_gpu.instrument.catalog import CATALOG
+    from otel_gpu.instrument.schema import MILLI, Kind, Metric, Point
+    from otel_gpu.sample.sources import POWER, TEMP_MEM
+
+    toy = Metric("nvidia.gpu.toy.power", Kind.GAUGE, "W", "A toy.",
+                 points=(Point(POWER, {"nvidia.gpu.toy.kind": "board"}, MILLI),))
+    counted = Metric("nvidia.gpu.toy.heat", Kind.UPDOWNCOUNTER, "{thing}", "A toy.",
+                     points=(Point(TEMP_MEM),))
+    found = {s.family: s for s in specs.specs((*CATALOG, toy, counted))}
+    assert found["nvidia_gpu_toy_power_watts"] == specs.Spec(
+        "nvidia_gpu_toy_power_watts", "power", specs.POWER,
+        (("nvidia_gpu_toy_kind", "board"),), 0.001)
+    assert found["nvidia_gpu_toy_heat"].tol is specs.EXACT
+    assert found["hw_power_watts"].tol is specs.POWER
+    assert found["nvidia_gpu_power_limit_watts"].tol is specs.EXACT  # an override by name
+    assert {s.family for s in specs.SPECS} == {s.family for s in specs.specs(CATALOG)}
+
+
+def test_the_reference_reads_a_field_source_it_has_no_call_for():
+    """A new field source is read alone through nvmlDeviceGetFieldValues, with no way of
+    the check's own: here the memory temperature's field under another key."""
+    import pynvml
+
+    from benchmarks.device_check.reference import read_gpu
+    from otel_gpu import nvml_abi as abi
+    from otel_gpu import sim
+    from otel_gpu.sample.sources import TEMP_MEM, Source
+
+    toy = Source("toy.memory_temperature", "a toy", "Cel", field_id=abi.NVML_FI_DEV_MEMORY_TEMP)
+    sim.install(sim.FakeNvml(sim.load_scenario("h100x8")))
+    try:
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        got = read_gpu(pynvml, handle, [toy, TEMP_MEM])
+        pynvml.nvmlShutdown()
+    finally:
+        sim.uninstall()
+    assert isinstance(got["toy.memory_temperature"], int | float)
+    assert got["toy.memory_temperature"] == got["temp.memory"]
+    assert got["_collectors_reader"] == []
