@@ -29,6 +29,11 @@ GPU_NODE_TERMS = [
     {"matchExpressions": [{"key": "cloud.google.com/gke-accelerator", "operator": "Exists"}]},
     {"matchExpressions": [{"key": "k8s.amazonaws.com/accelerator", "operator": "Exists"}]},
     {"matchExpressions": [{"key": "kubernetes.azure.com/accelerator", "operator": "Exists"}]},
+    # Karpenter on EKS, and EKS Auto Mode: the instance's GPU manufacturer
+    {"matchExpressions": [{"key": "karpenter.k8s.aws/instance-gpu-manufacturer",
+                           "operator": "In", "values": ["nvidia"]}]},
+    {"matchExpressions": [{"key": "eks.amazonaws.com/instance-gpu-manufacturer",
+                           "operator": "In", "values": ["nvidia"]}]},
 ]
 
 
@@ -50,6 +55,18 @@ def helm_binary() -> str:
     if cached.is_file() and os.access(cached, os.X_OK):
         return str(cached)
     pytest.skip("helm not found (run scripts/get-helm.sh, or set HELM)")
+
+
+def chart_with_notes(tmp_path: Path) -> Path:
+    """A copy of the chart that also renders NOTES.txt (helm template leaves it out), as
+    the ConfigMap ``rendered-notes``."""
+    chart = tmp_path / "chart"
+    if not chart.exists():
+        shutil.copytree(CHART, chart)
+        (chart / "templates" / "zz-notes.yaml").write_text(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: rendered-notes}\ndata:\n"
+            '  NOTES.txt: {{ include (print $.Template.BasePath "/NOTES.txt") . | quote }}\n')
+    return chart
 
 
 def run(*args: str, cwd: Path = ROOT, timeout: float = 120) -> str:

@@ -124,14 +124,15 @@ def test_every_rendered_object_validates(tmp_path, case, api):
 def test_defaults_are_hardened_and_mount_what_attribution_and_numa_need(tmp_path):
     objects = _render(tmp_path, {})
     kinds = _kinds(objects)
-    assert set(kinds) == {"ServiceAccount", "ConfigMap", "Service", "DaemonSet"}
+    assert set(kinds) == {"ServiceAccount", "ConfigMap", "Service", "DaemonSet", "ResourceQuota"}
     assert kinds["ServiceAccount"]["automountServiceAccountToken"] is False
     pod = _pod(objects)
     assert pod["automountServiceAccountToken"] is False
     assert "hostPID" not in pod
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert pod["tolerations"] == [
-        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]
     assert "nodeSelector" not in pod
     assert pod["affinity"] == {"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": GPU_NODE_TERMS}}}

@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import http.client
 import json
-import shutil
 import socket
 import ssl
 import subprocess
@@ -18,7 +17,7 @@ import pytest
 import yaml
 
 from testkit.process import CollectorProcess, wait_until
-from tests.deploy.helpers import CHART, ROOT, documents, helm_binary
+from tests.deploy.helpers import CHART, ROOT, chart_with_notes, documents, helm_binary
 from tests.support.certs import make_certs
 
 jsonschema = pytest.importorskip("jsonschema")
@@ -56,22 +55,11 @@ def _values(port: int = 9400, **scrape) -> dict:
     }
 
 
-def _chart_with_notes(tmp_path):
-    """A copy of the chart that also renders NOTES.txt (helm template leaves it out)."""
-    chart = tmp_path / "chart"
-    if not chart.exists():
-        shutil.copytree(CHART, chart)
-        (chart / "templates" / "zz-notes.yaml").write_text(
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: rendered-notes}\ndata:\n"
-            '  NOTES.txt: {{ include (print $.Template.BasePath "/NOTES.txt") . | quote }}\n')
-    return chart
-
-
 def _helm(tmp_path, values: dict, *extra: str) -> subprocess.CompletedProcess:
     path = tmp_path / "values.yaml"
     path.write_text(yaml.safe_dump(values))
     return subprocess.run(
-        [helm_binary(), "template", "gpu", str(_chart_with_notes(tmp_path)),
+        [helm_binary(), "template", "gpu", str(chart_with_notes(tmp_path)),
          "--namespace", "monitoring", "-f", str(path), *extra],
         capture_output=True, text=True, timeout=120)
 

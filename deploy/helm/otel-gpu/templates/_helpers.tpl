@@ -46,6 +46,18 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- default (printf "%s-web-config" (include "otel-gpu.fullname" .)) .Values.webConfig.existingSecret }}
 {{- end }}
 
+{{/* The labels a Prometheus Operator object adds to the chart's: monitorLabels, and the
+     object's own (which win). Called with (dict "root" $ "own" the object's labels). */}}
+{{- define "otel-gpu.monitorLabels" -}}
+{{- $labels := merge (deepCopy (.own | default dict)) (deepCopy (.root.Values.monitorLabels | default dict)) }}
+{{- with $labels }}{{ toYaml . }}{{ end }}
+{{- end }}
+
+{{/* Whether the DaemonSet's priority class is one GKE admits only against a ResourceQuota. */}}
+{{- define "otel-gpu.criticalPriority" -}}
+{{- if has .Values.priorityClassName (list "system-node-critical" "system-cluster-critical") }}true{{ end }}
+{{- end }}
+
 {{/* ServiceMonitor: the value when set, else on when the Prometheus Operator API exists. */}}
 {{- define "otel-gpu.serviceMonitorEnabled" -}}
 {{- if kindIs "bool" .Values.serviceMonitor.enabled }}
@@ -97,6 +109,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
     - {key: k8s.amazonaws.com/accelerator, operator: Exists}
 - matchExpressions:
     - {key: kubernetes.azure.com/accelerator, operator: Exists}
+- matchExpressions:
+    # Karpenter on EKS
+    - {key: karpenter.k8s.aws/instance-gpu-manufacturer, operator: In, values: [nvidia]}
+- matchExpressions:
+    # EKS Auto Mode
+    - {key: eks.amazonaws.com/instance-gpu-manufacturer, operator: In, values: [nvidia]}
 {{- end }}
 
 {{/* The pod's affinity: .Values.affinity, plus the GPU-node affinity unless it sets nodeAffinity. */}}
