@@ -11,22 +11,31 @@ prometheus_client's own server (gzip when asked). Run it under
 and marks each :meth:`Exporter.sample`.
 
 :class:`SameReads` (``handwritten-same``) is the same kind of exporter reading what
-otel-gpu reads from an H100 each sample: the same NVML calls with the same arguments
-(31 fields and 18 NVLink link states in one batched call, 32 GPM metrics, the XID
-event wait, the GPU count), each value one series. It is the baseline for otel-gpu's
-fixed cost of a sample: with it, the difference is the collector's own work, not
-what it reads. ``benchmarks/tests/test_benchmarks.py`` holds its calls to the collector's.
+otel-gpu reads each sample, the same NVML calls with the same arguments, each value one
+series. Its reads derive from the catalog's sources (:func:`read_plan`): every field in
+one batched call (the NVLink ones at the all-links scope, with the link states), every
+GPM metric, each plain call through the collector's own reader function (the calls read
+once, the stand-ins and those read only when another value moves left out, as the
+collector leaves them out of its steady state), and what the GPU refuses dropped after
+the first answer; then the XID event wait and the GPU count, the sampler's own calls. It
+is the baseline for otel-gpu's fixed cost of a sample: with it, the difference is the
+collector's own work, not what it reads. ``benchmarks/tests/test_benchmarks.py`` holds
+its calls to the collector's, so a new catalog metric needs no edit here.
 """
-
 from __future__ import annotations
 
 import ctypes
+import re
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from otel_gpu import nvml_abi as abi
+
+if TYPE_CHECKING:
+    from otel_gpu.sample.readers import Reader
+    from otel_gpu.sample.sources import Source
 
 LABELS = ("gpu", "uuid", "name")
 
@@ -48,20 +57,26 @@ def _gauge(name: str, doc: str, *extra: str) -> Any:
     return Gauge(name, doc, (*LABELS, *extra))
 
 
+def _start() -> Any:
+    """pynvml, initialised, and prometheus_client's registry emptied (no process or
+    platform series, no ``_created``): the set-up both exporters share."""
+    import prometheus_client
+    import pynvml
+
+    prometheus_client.disable_created_metrics()
+    for collector in list(prometheus_client.REGISTRY._collector_to_names):
+        prometheus_client.REGISTRY.unregister(collector)
+    pynvml.nvmlInit()
+    return pynvml
+
+
 class _PerGpu:
-    """What both exporters read alike on every GPU: utilization (with the encoder and
-    decoder), the four clocks, the P-state, the PCIe link, the clock event reasons and the
-    compute processes, into the same families; and the set-up they share."""
+    """What the usual exporter reads on every GPU besides memory, temperature and power:
+    utilization (with the encoder and decoder), the four clocks, the P-state, the PCIe link,
+    the clock event reasons and the compute processes."""
 
     def __init__(self) -> None:
-        import prometheus_client
-        import pynvml
-
-        prometheus_client.disable_created_metrics()
-        for collector in list(prometheus_client.REGISTRY._collector_to_names):
-            prometheus_client.REGISTRY.unregister(collector)  # no process/platform series
-        self.nvml = pynvml
-        pynvml.nvmlInit()
+        self.nvml = _start()
         self.util = _gauge("gpu_utilization_ratio", "busy fraction", "engine")
         self.clock = _gauge("gpu_clock_hertz", "clock", "domain")
         self.pstate = _gauge("gpu_performance_state", "P-state")
@@ -172,35 +187,53 @@ class Exporter(_PerGpu):
                 self.fan.labels(*labels).set(fan / 100)
 
 
-FIELDS = (
-    "TOTAL_ENERGY_CONSUMPTION", "POWER_AVERAGE", "POWER_CURRENT_LIMIT",
-    "POWER_REQUESTED_LIMIT", "POWER_DEFAULT_LIMIT", "POWER_MIN_LIMIT", "POWER_MAX_LIMIT",
-    "MEMORY_TEMP", "ECC_SBE_VOL_TOTAL", "ECC_DBE_VOL_TOTAL", "ECC_SBE_AGG_TOTAL",
-    "ECC_DBE_AGG_TOTAL", "REMAPPED_COR", "REMAPPED_UNC", "REMAPPED_PENDING",
-    "REMAPPED_FAILURE", "PCIE_REPLAY_COUNTER", "PCIE_COUNT_TX_BYTES", "PCIE_COUNT_RX_BYTES",
-    "PERF_POLICY_POWER", "PERF_POLICY_THERMAL", "PERF_POLICY_SYNC_BOOST",
-    "PERF_POLICY_BOARD_LIMIT", "PERF_POLICY_LOW_UTILIZATION", "PERF_POLICY_RELIABILITY",
-    "NVLINK_REPLAY_ERROR_COUNT_TOTAL", "NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
-    "NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
-)
-"""The device fields read in the batch (``NVML_FI_DEV_`` + name), scope 0."""
-NVLINK_FIELDS = ("NVLINK_THROUGHPUT_DATA_TX", "NVLINK_THROUGHPUT_DATA_RX")
-"""The NVLink fields asked for every link at once (scope all ones)."""
-LINKS = 18
-"""An H100's NVLink links: each one's state is a field of the same batch."""
-GPM = (
-    "GRAPHICS_UTIL", "SM_UTIL", "SM_OCCUPANCY", "ANY_TENSOR_UTIL", "HMMA_TENSOR_UTIL",
-    "IMMA_TENSOR_UTIL", "DFMA_TENSOR_UTIL", "DMMA_TENSOR_UTIL", "FP64_UTIL", "FP32_UTIL",
-    "FP16_UTIL", "INTEGER_UTIL", "DRAM_BW_UTIL", "PCIE_RX_PER_SEC", "PCIE_TX_PER_SEC",
-    "NVLINK_TOTAL_RX_PER_SEC", "NVLINK_TOTAL_TX_PER_SEC",
-    *(f"NVDEC_{i}_UTIL" for i in range(7)), *(f"NVJPG_{i}_UTIL" for i in range(7)),
-    "NVOFA_0_UTIL",
-)
-"""The GPM metrics asked for between two samples (``NVML_GPM_METRIC_`` + name)."""
 _VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 
 
-class SameReads(_PerGpu):
+def _series(key: str) -> str:
+    return "gpu_" + re.sub(r"[^a-zA-Z0-9_]", "_", key)
+
+
+def read_plan() -> tuple[list[Source], list[int], list[Reader]]:
+    """What otel-gpu reads of a GPU each sample in its steady state, from the catalog's
+    sources: the batched fields, the GPM metric ids, and the readers of the plain calls
+    (not the ones read once, the stand-ins for a refused field, those read again only when
+    another value moves, nor the NVLink link states, which come in the batch)."""
+    from otel_gpu.instrument.catalog import all_sources
+    from otel_gpu.sample.readers import NVLINK_STATES
+
+    sources = all_sources()
+    fields = [s for s in sources if s.field_id is not None]
+    gpm = list(dict.fromkeys(i for s in sources for i in s.gpm))
+    readers = [r for r in dict.fromkeys(s.reader for s in sources if s.reader is not None)
+               if r is not None and r is not NVLINK_STATES and not r.static
+               and not r.fallback_for and not r.changes_with]
+    return fields, gpm, readers
+
+
+class _Gpu:
+    """One GPU's handle and labels, and what is asked of it: the batch's (field id, scope)
+    pairs, the GPM ids and the plain calls, each dropped once the GPU refuses it."""
+
+    def __init__(self, m: Any, handle: Any, labels: tuple[str, ...],
+                 plan: tuple[list[Source], list[int], list[Reader]]) -> None:
+        from otel_gpu.sample.readers import LINK_COUNT, NVLINK_STATES
+        from otel_gpu.sample.sources import ALL_LINKS, NVLINK_STATE, NvLink
+
+        fields, self.gpm_ids, readers = plan
+        self.handle, self.labels, self.readers = handle, labels, list(readers)
+        links = _safe(lambda: NVLINK_STATES.read(m, handle)) or {}
+        count, active = int(links.get(LINK_COUNT, 0)), bool(links.get("nvlink.active"))
+        self.requests = [(s.field_id, ALL_LINKS if s.nvlink is NvLink.LINKS else 0)
+                         for s in fields if s.nvlink is None or active]
+        self.requests += [(NVLINK_STATE.field_id, link) for link in range(count)]
+        self.names = [_series(s.key) for s in fields if s.nvlink is None or active]
+        self.names += ["gpu_nvlink_state"] * count
+        self.gpm = [m.nvmlGpmSampleAlloc(), m.nvmlGpmSampleAlloc()]
+        self.previous: Any = None
+
+
+class SameReads:
     """What otel-gpu reads from each GPU every sample, read by hand into prometheus_client.
 
     Values NVML refuses are skipped, as a hand-written exporter does; nothing is
@@ -210,34 +243,28 @@ class SameReads(_PerGpu):
     def __init__(self) -> None:
         from prometheus_client import Gauge
 
-        super().__init__()
-        m = self.nvml
+        m = self.nvml = _start()
+        self._refused = _refusal(m)
         self.events = m.nvmlEventSetCreate()
-        self.gpus: list[tuple[Any, tuple[str, ...], list[Any]]] = []
+        plan = read_plan()
+        self.gpus: list[_Gpu] = []
         for i in range(m.nvmlDeviceGetCount()):
             handle = m.nvmlDeviceGetHandleByIndex(i)
             labels = (str(i), m.nvmlDeviceGetUUID(handle), m.nvmlDeviceGetName(handle))
             _safe(lambda h=handle: m.nvmlDeviceRegisterEvents(
                 h, m.nvmlEventTypeXidCriticalError, self.events))
-            gpm = [m.nvmlGpmSampleAlloc(), m.nvmlGpmSampleAlloc()]
-            self.gpus.append((handle, labels, gpm))
-        self.requests = (
-            [(getattr(abi, f"NVML_FI_DEV_{name}"), 0) for name in FIELDS]
-            + [(getattr(abi, f"NVML_FI_DEV_{name}"), 0xFFFFFFFF) for name in NVLINK_FIELDS]
-            + [(abi.NVML_FI_DEV_NVLINK_GET_STATE, link) for link in range(LINKS)])
-        self.names = ([name.lower() for name in FIELDS + NVLINK_FIELDS]
-                      + ["nvlink_state"] * LINKS)
-        self.gpm_ids = [getattr(abi, f"NVML_GPM_METRIC_{name}") for name in GPM]
-        self.gpm_names = [name.lower() for name in GPM]
-        self.field = {name: Gauge(f"gpu_{name}", name,
-                                  (*LABELS, "link") if name == "nvlink_state" else LABELS)
-                      for name in dict.fromkeys(self.names)}
+            self.gpus.append(_Gpu(m, handle, labels, plan))
+        self.families: dict[str, Any] = {}
+        self.link_state = _gauge("gpu_nvlink_state", "NVLink link state", "link")
         self.gpm = _gauge("gpu_gpm", "GPM metrics", "metric")
-        self.memory = _gauge("gpu_memory_bytes", "framebuffer", "state")
-        self.temp = _gauge("gpu_temperature_celsius", "die temperature")
         self.xid = _gauge("gpu_xid_last", "the last XID")
         self.count = Gauge("gpu_count", "GPUs NVML reports", ())
-        self.previous: dict[int, Any] = {}
+
+    def _set(self, name: str, labels: tuple[str, ...], value: float) -> None:
+        family = self.families.get(name)
+        if family is None:
+            family = self.families[name] = _gauge(name, name)
+        family.labels(*labels).set(value)
 
     def sample(self) -> None:
         """One pass: the node's calls, then every GPU."""
@@ -249,53 +276,83 @@ class SameReads(_PerGpu):
             event = None  # the usual answer: no event waiting
         if event is not None:
             where = ctypes.cast(event.device, ctypes.c_void_p).value
-            for handle, labels, _ in self.gpus:
-                if ctypes.cast(handle, ctypes.c_void_p).value == where:
-                    self.xid.labels(*labels).set(event.eventData)
-        for n, (handle, labels, gpm) in enumerate(self.gpus):
-            entries = _safe(lambda h=handle: m.nvmlDeviceGetFieldValues(h, self.requests))
-            for (_, scope), name, entry in zip(self.requests, self.names, entries or (),
-                                               strict=False):
-                if entry.nvmlReturn == abi.NVML_SUCCESS and entry.valueType < len(_VALUE_MEMBERS):
-                    value = getattr(entry.value, _VALUE_MEMBERS[entry.valueType])
-                    series = (*labels, str(scope)) if name == "nvlink_state" else labels
-                    self.field[name].labels(*series).set(value)
-            mem = _safe(lambda h=handle: m.nvmlDeviceGetMemoryInfo(h, version=m.nvmlMemory_v2))
-            if mem is not None:
-                for state in ("total", "used", "free", "reserved"):
-                    self.memory.labels(*labels, state).set(getattr(mem, state))
-            # the versioned call where the binding has it (nvidia-ml-py 13), as the collector
-            temperature = getattr(m, "nvmlDeviceGetTemperatureV", m.nvmlDeviceGetTemperature)
-            temp = _safe(lambda h=handle, t=temperature: t(h, abi.NVML_TEMPERATURE_GPU))
-            if temp is not None:
-                self.temp.labels(*labels).set(temp)
-            self._read_common(handle, labels)
-            self._gpm(n, handle, labels, gpm)
+            for gpu in self.gpus:
+                if ctypes.cast(gpu.handle, ctypes.c_void_p).value == where:
+                    self.xid.labels(*gpu.labels).set(event.eventData)
+        for gpu in self.gpus:
+            self._fields(gpu)
+            for reader in list(gpu.readers):
+                try:
+                    values = reader.read(m, gpu.handle)
+                except m.NVMLError as exc:
+                    if self._refused(exc.value):
+                        gpu.readers.remove(reader)
+                    continue
+                for key, value in values.items():
+                    self._set(_series(key), gpu.labels, value)
+            self._gpm(gpu)
 
-    def _gpm(self, n: int, handle: Any, labels: tuple[str, ...], buffers: list[Any]) -> None:
-        """A GPM sample into the buffer not holding the last one; the metrics between them."""
+    def _fields(self, gpu: _Gpu) -> None:
+        """The batch; a field the GPU refuses is not asked again."""
         m = self.nvml
-        previous = self.previous.get(n)
-        current = buffers[1] if previous is buffers[0] else buffers[0]
-        if _safe(lambda: m.nvmlGpmSampleGet(handle, current)) is None:
-            self.previous.pop(n, None)
+        if not gpu.requests:
             return
-        self.previous[n] = current
+        entries = _safe(lambda: m.nvmlDeviceGetFieldValues(gpu.handle, gpu.requests))
+        kept: list[int] = []
+        for i, ((_, scope), name, entry) in enumerate(zip(gpu.requests, gpu.names,
+                                                           entries or (), strict=False)):
+            if entry.nvmlReturn != abi.NVML_SUCCESS:
+                if not self._refused(entry.nvmlReturn):
+                    kept.append(i)
+                continue
+            kept.append(i)
+            if entry.valueType < len(_VALUE_MEMBERS):
+                value = getattr(entry.value, _VALUE_MEMBERS[entry.valueType])
+                if name == "gpu_nvlink_state":
+                    self.link_state.labels(*gpu.labels, str(scope)).set(value)
+                else:
+                    self._set(name, gpu.labels, value)
+        if entries is not None and len(kept) < len(gpu.requests):
+            gpu.requests = [gpu.requests[i] for i in kept]
+            gpu.names = [gpu.names[i] for i in kept]
+
+    def _gpm(self, gpu: _Gpu) -> None:
+        """A GPM sample into the buffer not holding the last one; the metrics between them
+        (a metric the GPU refuses is not asked again)."""
+        m = self.nvml
+        previous = gpu.previous
+        current = gpu.gpm[1] if previous is gpu.gpm[0] else gpu.gpm[0]
+        if not gpu.gpm_ids or _safe(lambda: m.nvmlGpmSampleGet(gpu.handle, current)) is None:
+            gpu.previous = None
+            return
+        gpu.previous = current
         if previous is None:
             return
         request = m.c_nvmlGpmMetricsGet_t()
         request.version = abi.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = len(self.gpm_ids)
+        request.numMetrics = len(gpu.gpm_ids)
         request.sample1 = previous
         request.sample2 = current
-        for i, metric in enumerate(self.gpm_ids):
+        for i, metric in enumerate(gpu.gpm_ids):
             request.metrics[i].metricId = metric
         if _safe(lambda: m.nvmlGpmMetricsGet(request)) is None:
             return
-        for i, name in enumerate(self.gpm_names):
+        refused = set()
+        for i, metric in enumerate(gpu.gpm_ids):
             entry = request.metrics[i]
             if entry.nvmlReturn == abi.NVML_SUCCESS:
-                self.gpm.labels(*labels, name).set(entry.value)
+                self.gpm.labels(*gpu.labels, str(metric)).set(entry.value)
+            elif self._refused(entry.nvmlReturn):
+                refused.add(metric)
+        gpu.gpm_ids = [i for i in gpu.gpm_ids if i not in refused]
+
+
+def _refusal(m: Any) -> Callable[[int], bool]:
+    """Whether an NVML return code says the GPU does not give the value (the collector's
+    own classification: it then stops asking)."""
+    from otel_gpu.sample.library import Outcome, classify
+
+    return lambda code: classify(int(code), m) is Outcome.UNSUPPORTED
 
 
 def serve(interval: float, announce: Callable[[int], None], same: bool = False) -> int:

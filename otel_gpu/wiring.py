@@ -48,7 +48,6 @@ if TYPE_CHECKING:  # gRPC is imported only once a kubelet socket exists
     from otel_gpu.attribute.container.enrich import ContainerEnricher
     from otel_gpu.attribute.hpc.enrich import JobEnricher
     from otel_gpu.attribute.k8s.enrich import PodEnricher
-    from otel_gpu.attribute.k8s.podresources import PodResourcesWatcher
 
 log = logging.getLogger(__name__)
 
@@ -130,23 +129,19 @@ def pod_enricher(
     config: Config, on_update: Callable[[object], None] | None = None
 ) -> PodEnricher:
     """The Kubernetes attribution stage for ``config`` (gRPC is imported once a socket exists)."""
-    from otel_gpu.attribute.k8s.enrich import KubeletWatch, PodEnricher
+    from otel_gpu.attribute.k8s.enrich import PodEnricher
+    from otel_gpu.attribute.k8s.podresources import PodResourcesWatcher
     from otel_gpu.attribute.k8s.processes import PodLogIndex, ProcessMapper
 
-    def build() -> PodResourcesWatcher:  # imports gRPC: only once the socket exists
-        from otel_gpu.attribute.k8s.podresources import PodResourcesWatcher
-
-        return PodResourcesWatcher(
-            config.kubelet_socket,
-            interval=config.kubelet_interval,
-            timeout=config.kubelet_timeout,
-            grace_period=config.kubelet_grace_period,
-            resource_names=config.kubelet_resource_names,
-            on_update=on_update,
-        )
-
-    watcher = KubeletWatch(config.kubelet_socket, build, interval=config.kubelet_interval,
-                           grace_period=config.kubelet_grace_period)
+    watcher = PodResourcesWatcher(
+        config.kubelet_socket,
+        interval=config.kubelet_interval,
+        timeout=config.kubelet_timeout,
+        grace_period=config.kubelet_grace_period,
+        resource_names=config.kubelet_resource_names,
+        initial=None,
+        on_update=on_update,
+    )
     pod_dirs = PodLogIndex(Path(config.pod_log_root))
     processes = (ProcessMapper(Path(config.proc_root), index=pod_dirs)
                  if config.process_usage else None)
