@@ -19,7 +19,6 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from operator import is_
 from time import time_ns
 from typing import Any, Protocol, runtime_checkable
 
@@ -36,14 +35,12 @@ from opentelemetry.sdk.resources import Resource
 
 from otel_gpu._sdk import number_point
 from otel_gpu.instrument.schema import Kind
+from otel_gpu.instrument.series import SeriesData, SeriesTable, Stream
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CARDINALITY_LIMIT = 2000
 """The SDK's limit of attribute sets per metric and reader when no view sets one."""
-OVERFLOW: dict[str, Any] = {"otel.metric.overflow": True}
-"""The attributes of the series the SDK folds sets past the limit into."""
-_OVERFLOW_KEY = (("otel.metric.overflow", True),)
 
 Observe = Callable[[], Iterable[tuple[float, Any]]]
 """One instrument's callback: its points now, (value, attributes)."""
@@ -59,75 +56,64 @@ class CollectsDirectly(Protocol):
 _point = number_point
 
 
-def _key(attrs: Any) -> tuple:
-    """A series' key: its attributes sorted, a list value as a tuple (as the SDK keeps
-    it), so that the key can be hashed."""
-    key = tuple(sorted(attrs.items()))
-    try:
-        hash(key)
-    except TypeError:
-        key = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in key)
-    return key
-
-
-def _kept(attrs: Any) -> dict[str, Any]:
-    """A series' attributes as kept: a copy, in their own order, list values as tuples."""
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in attrs.items()}
-
-
 class _Stream:
-    """One instrument's series, in the order they were first seen."""
+    """One instrument: the SDK's instrument, its kind, its callback and its series."""
 
-    __slots__ = ("instrument", "kind", "last", "observe", "series")
+    __slots__ = ("instrument", "kind", "observe", "series")
 
-    def __init__(self, instrument: Any, kind: Kind, observe: Observe) -> None:
+    def __init__(self, instrument: Any, kind: Kind, observe: Observe, series: Stream) -> None:
         self.instrument = instrument
         self.kind = kind
         self.observe = observe
-        self.series: dict[tuple, tuple[dict[str, Any], int, tuple]] = {}
-        """key -> (the series' attributes, its start time, the key itself), first seen first:
-        an equal key made anew is swapped for the kept one, so that the last keys (below)
-        hold no second copy of them."""
-        self.last: tuple[list[Any], list[tuple]] | None = None
-        """The attribute objects the last collection kept, in order, and their series keys
-        (all distinct): a collection of the same objects in the same order, all its values
-        finite, has the same keys, and is zipped with them."""
+        self.series = series
 
 
 class DirectCollection:
     """The cumulative collection of ``instruments`` (each an SDK instrument, the kind of its
-    catalog row, and its callback), as the SDK makes it for a cumulative reader."""
+    catalog row, and its callback), as the SDK makes it for a cumulative reader, with its
+    series ids (:class:`~otel_gpu.instrument.series.SeriesData`)."""
 
     def __init__(self, resource: Resource, instruments: Sequence[tuple[Any, Kind, Observe]],
                  cardinality_limit: int | None = None) -> None:
         self._resource = resource
-        self._streams = [_Stream(i, kind, observe) for i, kind, observe in instruments]
-        self._limit = DEFAULT_CARDINALITY_LIMIT if cardinality_limit is None \
-            else cardinality_limit
+        limit = DEFAULT_CARDINALITY_LIMIT if cardinality_limit is None else cardinality_limit
+        self.table = SeriesTable()
+        self._streams = [_Stream(i, kind, observe, self.table.stream(limit, kind is not Kind.GAUGE))
+                         for i, kind, observe in instruments]
         self._seen: dict[int, _Stream] = {}
         """The streams that observed something, in the order of their first observation (the
         SDK's order of metrics)."""
+        self._layout: tuple[object, tuple[int, ...]] = (object(), ())
+        """The last collection's layout token and the streams it wrote."""
         self._lock = threading.Lock()
 
-    def collect(self) -> MetricsData | None:
+    def collect(self) -> SeriesData | None:
         """Every instrument's callback once; None while none has a point."""
         with self._lock:
             now = time_ns()
-            values: dict[int, dict[tuple, float]] = {}
+            values: dict[int, tuple[dict[int, float], bool]] = {}
             for index, stream in enumerate(self._streams):
                 observed = self._observe(stream, now)
                 if observed is not None:
                     values[index] = observed
                     self._seen.setdefault(index, stream)
             collected = time_ns()
+            attributes, starts = self.table.attributes, self.table.starts
             scopes: dict[Any, list[Metric]] = {}
+            ids: list[tuple[int, ...]] = []
+            written: list[int] = []
+            changed = False
             for index, stream in self._seen.items():
-                got = values.get(index)
-                if not got:
+                observed = values.get(index)
+                if not observed:
                     continue
+                got, same = observed
+                before = stream.series.ids
+                order = stream.series.written(got, same)
+                changed = changed or order is not before
                 gauge = stream.kind is Kind.GAUGE
-                points = [_point(attrs, None if gauge else start, collected, got[key])
-                          for key, (attrs, start, _) in stream.series.items() if key in got]
+                points = [_point(attributes[i], None if gauge else starts[i], collected, got[i])
+                          for i in order]
                 instrument = stream.instrument
                 data: Gauge | Sum
                 if gauge:
@@ -139,58 +125,49 @@ class DirectCollection:
                 metric = Metric(name=instrument.name, description=instrument.description,
                                 unit=instrument.unit, data=data)
                 scopes.setdefault(instrument.instrumentation_scope, []).append(metric)
+                written.append(index)
             if not scopes:
                 return None
-            return MetricsData(resource_metrics=[ResourceMetrics(
+            layout, last = self._layout
+            if changed or tuple(written) != last:
+                layout = object()
+                self._layout = (layout, tuple(written))
+            # ids in the order the metrics are written: grouped by scope, as below
+            by_scope: dict[Any, list[tuple[int, ...]]] = {}
+            for index in written:
+                stream = self._streams[index]
+                by_scope.setdefault(stream.instrument.instrumentation_scope, []).append(
+                    stream.series.ids)
+            for scope_ids in by_scope.values():
+                ids.extend(scope_ids)
+            return SeriesData(resource_metrics=[ResourceMetrics(
                 resource=self._resource,
                 scope_metrics=[ScopeMetrics(scope=scope, metrics=metrics,
                                             schema_url=scope.schema_url)
                                for scope, metrics in scopes.items()],
-                schema_url=self._resource.schema_url)])
+                schema_url=self._resource.schema_url)],
+                ids=ids, layout=layout, table=self.table)
 
-    def _observe(self, stream: _Stream, now: int) -> dict[tuple, float] | None:
-        """This collection's value per series key (None: no observation); a callback that
-        raises is logged and counts as none, as the SDK does. Every instrument is enabled:
-        the MeterProvider is built without a meter configurator."""
-        got: dict[tuple, float] = {}
-        series, adds = stream.series, stream.kind is not Kind.GAUGE
-        seen: list[Any] = []
-        found: list[tuple] = []
+    def _observe(self, stream: _Stream, now: int) -> tuple[dict[int, float], bool] | None:
+        """This collection's value per series id and whether its attribute objects were the
+        last ones' (None: no observation); a callback that raises is logged and counts as
+        none, as the SDK does. Every instrument is enabled: the MeterProvider is built
+        without a meter configurator."""
         try:
             pairs = stream.observe()
             if not isinstance(pairs, list):
                 pairs = list(pairs)
-            last = stream.last
-            if last is not None and pairs and len(pairs) == len(last[0]):
-                values = [value for value, _ in pairs]
-                if all(map(is_, [attrs for _, attrs in pairs], last[0])) \
-                        and all(map(math.isfinite, values)):
-                    return dict(zip(last[1], values, strict=True))
-            for value, attrs in pairs:
+        except Exception:
+            log.exception("Callback failed for instrument %s.", stream.instrument.name)
+            stream.series.forget_last()
+            return None
+        if not all(math.isfinite(value) for value, _ in pairs):
+            for value, _ in pairs:
                 if not math.isfinite(value):
                     log.warning("Callback returned a non-finite value %s for instrument %s, "
                                 "ignoring measurement.", value, stream.instrument.name)
-                    continue
-                seen.append(attrs)
-                attrs = attrs or {}
-                key = _key(attrs)
-                kept = series.get(key)
-                if kept is None:
-                    if len(series) >= self._limit:
-                        key = _OVERFLOW_KEY
-                        kept = series.get(key)
-                        if kept is None:
-                            kept = series[key] = (dict(OVERFLOW), now, key)
-                    else:
-                        kept = series[key] = (_kept(attrs), now, key)
-                key = kept[2]
-                found.append(key)
-                got[key] = got.get(key, 0) + value if adds else value
-        except Exception:
-            log.exception("Callback failed for instrument %s.", stream.instrument.name)
-        # what was kept, in order: the same objects next time have the same keys (a pair
-        # left out or raising makes the list shorter, which the next one will not match
-        # unless it lacks that pair too); a key twice (a counter's points summed) is not
-        # a zip
-        stream.last = (seen, found) if len(got) == len(found) else None
-        return got or None
+            pairs = [pair for pair in pairs if math.isfinite(pair[0])]
+        if not pairs:
+            stream.series.forget_last()
+            return None
+        return stream.series.values(pairs, now)

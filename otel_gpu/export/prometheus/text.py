@@ -56,6 +56,7 @@ from otel_gpu.export.prometheus.formats import (
     legacy_name,
     quote,
 )
+from otel_gpu.instrument.series import SeriesColumns, SeriesData, flat_metrics
 
 log = logging.getLogger(__name__)
 
@@ -123,11 +124,6 @@ def format_value(value: float) -> str:
         return f"{mantissa}e+{len(whole) - 1:02d}"
     return text
 
-
-MAX_LABEL_SETS = 200_000
-"""Label strings remembered at most; past this, the memory starts over (one render refills
-it). It also starts over when it holds more than twice the series of the last render, so
-that series gone with their pods do not stay."""
 
 def label_value(value: Any) -> str:
     """An attribute value as a label value: strings as they are, anything else as JSON."""
@@ -203,49 +199,25 @@ def sample_line(prefix: str, quoted: bool, braces: str, value: str) -> str:
     return f"{sample_head(prefix, quoted, braces)}{value}\n"
 
 
-def _shape_of(data: MetricsData) -> tuple[list[object], list[Any]]:
-    """What a collection's text depends on besides its values (its Resources and scopes,
-    every metric's identity and its points' attribute objects, in order), and its
-    written points in that order. Objects count by identity (the shape holds the
-    collection they came from, so that no id is reused meanwhile): an equal copy may
-    differ in what its labels say (``1`` and ``True`` are equal values), and the direct
-    collection hands back the same objects while devices and pods stay."""
-    signature: list[object] = []
-    points: list[Any] = []
-    for rm in data.resource_metrics:
-        signature.append(id(rm.resource))
-        for sm in rm.scope_metrics:
-            signature.append(id(sm.scope))
-            for metric in sm.metrics:
-                data_ = metric.data
-                signature.append((metric.name, metric.unit, metric.description,
-                                  type(data_), getattr(data_, "is_monotonic", None),
-                                  getattr(data_, "aggregation_temporality", None)))
-                if isinstance(data_, (Sum, Gauge)):
-                    for point in data_.data_points:
-                        signature.append(id(point.attributes))
-                        points.append(point)
-    return signature, points
-
-
 class _Shape:
     """One collection's text cut at its values: ``pieces[i]`` comes before the value of
-    ``points[order[i]]``; the last piece ends the text."""
+    the ``order[i]``-th point (metrics and points in collection order); the last piece
+    ends the text. Between two families' pieces the one after carries the header; the
+    others are the series' own heads, held once (in the writer's columns)."""
 
-    __slots__ = ("held", "order", "pieces", "signature")
+    __slots__ = ("layout", "order", "pieces")
 
-    def __init__(self, signature: list[object], pieces: list[str], order: list[int],
-                 held: MetricsData) -> None:
-        self.signature = signature
+    def __init__(self, layout: object, pieces: list[str], order: list[int]) -> None:
+        self.layout = layout
         self.pieces = pieces
         self.order = order
-        self.held = held
-        """The collection the signature's ids are of, kept so that none is reused."""
 
-    def fill(self, points: list[Any]) -> bytes:
+    def fill(self, data: MetricsData) -> bytes:
+        values = [format_value(p.value) for m in flat_metrics(data)
+                  if isinstance(m.data, (Sum, Gauge)) for p in m.data.data_points]
         out = [""] * (2 * len(self.order) + 1)
         out[0::2] = self.pieces
-        out[1::2] = [format_value(points[i].value) for i in self.order]
+        out[1::2] = [values[i] for i in self.order]
         return "".join(out).encode("utf-8")
 
 
@@ -259,50 +231,22 @@ class _Family:
         self.header = header
         self.labelnames = labelnames
         self.lines: list[tuple[str, int]] = []
-        """Each sample's text up to its value, and the index of its point in the
-        collection (:func:`_shape_of`'s order)."""
-
-
-class _Entry:
-    """One attribute set: the attributes object it was made from (held, so that its id is
-    not reused while remembered), its label names, and its label strings by family shape.
-
-    Most sets are written under one shape only: that string has slots of its own.
-    """
-
-    __slots__ = ("attributes", "braces", "key", "more", "names", "scope")
-
-    def __init__(self, attributes: Any, scope: tuple, names: frozenset[str]) -> None:
-        self.attributes = attributes
-        self.scope = scope
-        self.names = names
-        self.key: object = None
-        self.braces = ""
-        self.more: dict[object, str] | None = None
-
-    def labels(self, key_of: Any) -> dict[str, str]:
-        return _labels(self.scope + tuple((self.attributes or {}).items()), key_of)
-
-    def get(self, key: object) -> str | None:
-        if key == self.key:
-            return self.braces
-        return self.more.get(key) if self.more else None
-
-    def put(self, key: object, braces: str) -> None:
-        if self.key is None:
-            self.key, self.braces = key, braces
-        else:
-            if self.more is None:
-                self.more = {}
-            self.more[key] = braces
+        """Each sample's text up to its value, after a newline, and the index of its point
+        in the collection."""
 
 
 class TextWriter:
     """Writes ``MetricsData`` as Prometheus text, as the OpenTelemetry Prometheus exporter would.
 
-    One writer per MeterProvider and style (its label strings are dropped with it).
-    ``scope_labels``/``target_info``: the exporter's ``scope_info_enabled`` and
-    the opposite of its ``disable_target_info``. Not thread-safe: one render at a time.
+    One writer per MeterProvider and style. ``scope_labels``/``target_info``: the
+    exporter's ``scope_info_enabled`` and the opposite of its ``disable_target_info``.
+    Not thread-safe: one render at a time.
+
+    A collection with series ids (:class:`~otel_gpu.instrument.series.SeriesData`, the
+    direct collection's) is written from each series' text, kept by its id; one of the
+    same layout as the last (every collection while devices and pods do not change) is
+    the last text with only the values formatted anew. Any other collection is written
+    from scratch.
 
     ``style`` other than today's (:data:`PROMETHEUS`): under ``underscores`` the same
     names in OpenMetrics (a counter's family without ``_total``, its samples with it, a
@@ -314,39 +258,37 @@ class TextWriter:
     """
 
     def __init__(self, *, scope_labels: bool = False, target_info: bool = True,
-                 max_label_sets: int = MAX_LABEL_SETS, style: Style = PROMETHEUS) -> None:
+                 style: Style = PROMETHEUS) -> None:
         self._style = style
         self._key_of = label_key(style)
         self._quoted = style.escaping == ALLOW_UTF8
         self._scope_labels = scope_labels
         self._target_info = target_info
-        self._max = max_label_sets
         self._target: str | None = None
-        self._entries: dict[object, _Entry] = {}
         self._names: dict[tuple[str, ...], tuple[str, ...]] = {}
         self._keysets: dict[frozenset[str], frozenset[str]] = {}
         self._scopes: dict[tuple[tuple[str, Any], ...], tuple[tuple[str, Any], ...]] = {}
         self._metric_names: dict[tuple[str, str, str], tuple[str, str, str, str, str]] = {}
+        self._heads = SeriesColumns()
+        """Each series' sample text up to its value (after a newline), by series id."""
+        self._label_names = SeriesColumns()
+        """Each series' label names, by series id."""
         self._shape: _Shape | None = None
-        """The last collection's text with holes for its values, and what it was made of."""
+        """The last collection's text with holes for its values, and its layout."""
         self._limited = LogLimiter(log, 300.0)
 
     def write(self, data: MetricsData | None) -> bytes:
-        """The exposition of one collection (empty for none, as the exporter's).
-
-        A collection of the same shape as the last one (the same metrics and scopes, each
-        with points whose attributes are the same, in the same order: every collection
-        while devices and pods do not change) is written from the last one's text with
-        only the values formatted anew.
-        """
+        """The exposition of one collection (empty for none, as the exporter's)."""
         if data is None:
             return b""
-        signature, points = _shape_of(data)
+        series = data if isinstance(data, SeriesData) and data.table is not None else None
         shape = self._shape
-        if shape is not None and shape.signature == signature:
-            shape.held = data  # the same objects: the older points may go
-            return shape.fill(points)
+        if series is not None and shape is not None and shape.layout is series.layout:
+            return shape.fill(data)
         self._shape = None
+        columns = None if series is None else (
+            self._heads.of(series), self._label_names.of(series))
+        ids = None if series is None else iter(series.ids)
         families: dict[tuple[str, ...], _Family] = {}
         out: list[str] = []
         if self._target_info:
@@ -367,22 +309,27 @@ class TextWriter:
             for sm in rm.scope_metrics:
                 scope = self._scope_pairs(sm.scope)
                 for metric in sm.metrics:
-                    self._metric(metric, scope, families, counter)
+                    metric_ids = None if ids is None else next(ids)
+                    self._metric(metric, scope, families, counter, metric_ids, columns)
         pieces: list[str] = []
         order: list[int] = []
         for family in families.values():
             out.append(family.header)
             for head, index in family.lines:
-                out.append(head)
-                pieces.append("".join(out))
-                out = ["\n"]
+                if out:  # a header stands between the last value and this head
+                    out.append(head[1:])
+                    pieces.append("".join(out))
+                    out = []
+                else:
+                    pieces.append(head)
                 order.append(index)
+            if family.lines:
+                out = ["\n"]
         pieces.append("".join(out))
-        if len(self._entries) > 2 * len(order) + 64:  # attribute sets no longer collected
-            self._entries.clear()
-            self._keysets.clear()
-        self._shape = _Shape(signature, pieces, order, data)
-        return self._shape.fill(points)
+        shape = _Shape(series.layout if series is not None else None, pieces, order)
+        if series is not None:
+            self._shape = shape
+        return shape.fill(data)
 
     def _scope_pairs(self, scope: InstrumentationScope) -> tuple[tuple[str, Any], ...]:
         if not self._scope_labels:
@@ -394,9 +341,7 @@ class TextWriter:
         key = tuple(pairs)
         if len(self._scopes) > 256:
             self._scopes.clear()
-            self._entries.clear()  # keyed by the ids of these
         return self._scopes.setdefault(key, key)
-
     def _names_of(self, metric: Metric) -> tuple[str, str, str, str, str]:
         """(family identity name, samples' name as written, type, mapped unit, header
         lines' name as written) for a metric."""
@@ -432,7 +377,9 @@ class TextWriter:
         return found
 
     def _metric(self, metric: Metric, scope: tuple[tuple[str, Any], ...],
-                families: dict[tuple[str, ...], _Family], counter: Iterator[int]) -> None:
+                families: dict[tuple[str, ...], _Family], counter: Iterator[int],
+                ids: tuple[int, ...] | None,
+                columns: tuple[list[Any], list[Any]] | None) -> None:
         if not isinstance(metric.data, (Sum, Gauge)):
             self._limited.log(("unsupported", metric.name), logging.WARNING,
                               "metric %s: %s data is not written to /metrics", metric.name,
@@ -441,24 +388,22 @@ class TextWriter:
         raw, sample_name, kind, unit, header_name = self._names_of(metric)
         description = metric.description or ""
         points = metric.data.data_points
-        entries = self._entries
-        if len(entries) > self._max:
-            entries.clear()
-            self._keysets.clear()
-        scope_id = id(scope) if scope else None
-        found: list[_Entry] = []
+        if ids is None or columns is None:  # a collection without ids: every head anew
+            ids = tuple(range(len(points)))
+            heads: list[Any] = [None] * len(points)
+            names_of: list[Any] = [None] * len(points)
+        else:
+            heads, names_of = columns
         keysets: set[frozenset[str]] = set()
-        for point in points:
-            attributes = point.attributes
-            key = id(attributes) if scope_id is None else (id(attributes), scope_id)
-            entry = entries.get(key)
-            if entry is None or entry.attributes is not attributes:
-                names = frozenset(_labels(scope + tuple((attributes or {}).items()),
+        for series, point in zip(ids, points, strict=True):
+            names = names_of[series]
+            if names is None:
+                names = frozenset(_labels(scope + tuple((point.attributes or {}).items()),
                                           self._key_of))
-                names = self._keysets.setdefault(names, names)  # a few shapes, shared
-                entry = entries[key] = _Entry(attributes, scope, names)
-            found.append(entry)
-            keysets.add(entry.names)
+                if len(self._keysets) > 4096:
+                    self._keysets.clear()
+                names = names_of[series] = self._keysets.setdefault(names, names)  # shared
+            keysets.add(names)
         labelnames = self._intern(tuple(sorted(frozenset().union(*keysets))))
         family_id = (raw, description, unit, kind)  # the exporter's family identity
         family = families.get(family_id)
@@ -472,27 +417,26 @@ class TextWriter:
             family = families[family_id] = _Family(prefix, header, labelnames)
         prefix = family.name
         # a family another metric created keeps that metric's label names, paired in order
-        # with this metric's values (the exporter's own behaviour)
-        string_key: object = (id(labelnames) if family.labelnames is labelnames
-                              else (id(family.labelnames), id(labelnames)))
+        # with this metric's values (the exporter's own behaviour): such a head is not kept
+        own = family.labelnames is labelnames
         lines = family.lines
         quoted = family.quoted
-        for entry in found:
-            braces = entry.get(string_key)
-            if braces is None:
-                labels = entry.labels(self._key_of)
+        for series, point in zip(ids, points, strict=True):
+            head = heads[series] if own else None
+            if head is None:
+                labels = _labels(scope + tuple((point.attributes or {}).items()), self._key_of)
                 braces = _braces(family.labelnames, [labels.get(k, "") for k in labelnames],
                                  self._quoted)
-                entry.put(string_key, braces)
-            lines.append((sample_head(prefix, quoted, braces), next(counter)))
+                head = "\n" + sample_head(prefix, quoted, braces)
+                if own:
+                    heads[series] = head
+            lines.append((head, next(counter)))
 
     def _intern(self, names: tuple[str, ...]) -> tuple[str, ...]:
-        """The same tuple object for the same names, so that its id can key the strings."""
+        """The same tuple object for the same names (a family's names compare by it)."""
         found = self._names.get(names)
         if found is None:
             if len(self._names) > 4096:
                 self._names.clear()
-                self._entries.clear()  # their strings are keyed by the ids of these
             found = self._names[names] = names
         return found
-

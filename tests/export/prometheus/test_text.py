@@ -152,16 +152,6 @@ def test_nothing_collected_is_an_empty_body_and_histograms_are_left_out(caplog):
     assert "latency: Histogram data is not written" in caplog.text
 
 
-def test_the_writer_forgets_label_strings_past_its_bound_and_stays_right():
-    points = [point(i, {"hw.id": f"GPU-{i}", "v": str(i)}) for i in range(50)]
-    body = data(gauge("g", points), total("c", points))
-    writer = TextWriter(max_label_sets=10)
-    expected = oracle(body)
-    for _ in range(3):
-        assert writer.write(body) == expected
-    assert len(writer._entries) <= 10 + len(points)
-
-
 def test_a_series_whose_attributes_change_gets_its_new_label_block_not_the_remembered_one():
     """Label blocks are remembered per attributes object: a series of the same hw.id whose
     attributes change (new pods, a new driver) is a new object, written anew, every time;
@@ -376,3 +366,92 @@ def test_a_counter_is_stored_under_one_name_whatever_the_format(escaping):
             line.split("{", 1)[0])
         stored[om] = _stored(head, escaping)
     assert stored == {False: "hw.energy_total", True: "hw.energy_total"}
+
+
+# --- collections with series ids: each series' text kept by its id ------------------------
+
+def _series_walk(seed: int, steps: int):
+    """A direct collection's collections while its instruments' series change at random:
+    attribute objects copied (the same series), pods set (new series), series dropped and
+    back, metrics silent, a gauge of the same family under another scope."""
+    import random
+    from types import SimpleNamespace
+
+    from otel_gpu.instrument.direct import DirectCollection
+    from otel_gpu.instrument.schema import Kind
+
+    rng = random.Random(seed)
+    sets = [{"hw.id": f"GPU-{i}", "odd": 'q"\\' if i == 2 else "", "n": i % 2 == 0}
+            for i in range(4)]
+    rows = {("hw.power", "otel_gpu"): (Kind.GAUGE, "W"), ("hw.energy", "otel_gpu"):
+            (Kind.COUNTER, "J"), ("extra", "otel_gpu"): (Kind.UPDOWNCOUNTER, "1"),
+            ("hw.power", "other"): (Kind.GAUGE, "W")}
+    live = {key: list(sets[:3]) for key in rows}
+    instruments = []
+    for key, (kind, unit) in rows.items():
+        scope = InstrumentationScope(key[1], "1")
+        instrument = SimpleNamespace(name=key[0], description="d", unit=unit,
+                                     instrumentation_scope=scope)
+        instruments.append((instrument, kind, lambda key=key: [
+            (float(rng.choice([0, 1, 2.5, 1e6])), attrs) for attrs in live[key]]))
+    collection = DirectCollection(Resource({"service.name": "s"}), instruments)
+    for _ in range(steps):
+        key = rng.choice(sorted(live))
+        series = live[key]
+        move = rng.randrange(7)
+        if move == 1 and series:
+            i = rng.randrange(len(series))
+            series[i] = dict(series[i])
+        elif move == 2 and series:
+            i = rng.randrange(len(series))
+            series[i] = {**series[i], "k8s.pod.name": f"pod-{rng.randrange(3)}"}
+        elif move == 3:
+            series.append(rng.choice(sets))
+        elif move == 4 and series:
+            series.pop(rng.randrange(len(series)))
+        elif move == 5:
+            live[key] = [] if series else list(sets)
+        yield collection.collect()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_collections_with_series_ids_are_written_as_the_exporter_writes_them(seed):
+    """The writer keeps each series' text by its id and reuses the last text while the
+    layout stays: every collection of a changing node is still the exporter's text."""
+    writer = TextWriter()
+    laid_out = 0
+    last = None
+    for step, collected in enumerate(_series_walk(seed, 60)):
+        assert writer.write(collected) == oracle(collected), (seed, step)
+        laid_out += collected is not None and last is not None \
+            and collected.layout is last.layout
+        last = collected
+    assert laid_out  # some collections were refilled from the last text
+
+
+@pytest.mark.parametrize("style", [Style(openmetrics=om, escaping=e)
+                                   for om in (False, True) for e in ESCAPINGS])
+def test_every_style_written_from_kept_series_text_is_what_a_fresh_writer_writes(style):
+    writer = TextWriter(style=style)
+    for step, collected in enumerate(_series_walk(5, 40)):
+        assert writer.write(collected) == TextWriter(style=style).write(collected), step
+
+
+def test_a_new_table_drops_the_old_tables_series_text():
+    """After a rebuild the same ids name other series: the writer must not write the old
+    table's text for them."""
+    from types import SimpleNamespace
+
+    from otel_gpu.instrument.direct import DirectCollection
+    from otel_gpu.instrument.schema import Kind
+
+    instrument = SimpleNamespace(name="g", description="d", unit="1",
+                                 instrumentation_scope=InstrumentationScope("otel_gpu"))
+    writer = TextWriter()
+    for pod in ("a", "b"):
+        attrs = {"k8s.pod.name": pod}
+        collection = DirectCollection(Resource({}), [
+            (instrument, Kind.GAUGE, lambda attrs=attrs: [(1.0, attrs)])])
+        collected = collection.collect()
+        assert collected is not None and list(collected.ids[0]) == [0]
+        assert f'k8s_pod_name="{pod}"'.encode() in writer.write(collected)
