@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from otel_gpu.attribute.k8s.attribution import attribute
-from otel_gpu.attribute.k8s.podresources import Allocation, PodResourcesState
+from otel_gpu.attribute.k8s.kubelet_answer import Allocation, PodResourcesState
 from otel_gpu.config import load
 from otel_gpu.sample.library import Nvml
 from otel_gpu.snapshot import Device, DeviceSample, Pods
@@ -186,11 +186,13 @@ service = Service(config, Nvml(), environ={{}})
 service.start()
 time.sleep(0.5)
 print("before", "grpc" in sys.modules, service.enricher.watcher.stats.socket_present)
-open({str(socket_path)!r}, "w").close()  # something at the path: the watcher takes over
+import socket
+sock = socket.socket(socket.AF_UNIX)
+sock.bind({str(socket_path)!r})  # a socket at the path: the watcher connects
 deadline = time.monotonic() + 10
-while service.enricher.watcher.watcher is None and time.monotonic() < deadline:
+while service.enricher.watcher.client is None and time.monotonic() < deadline:
     time.sleep(0.05)
-print("after", "grpc" in sys.modules, service.enricher.watcher.watcher is not None)
+print("after", "grpc" in sys.modules, service.enricher.watcher.client is not None)
 service.stop(0.5)
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

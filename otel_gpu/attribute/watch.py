@@ -4,10 +4,16 @@ A source keeps only its protocol: a fetch function that asks once and returns
 an immutable state, or raises :class:`Unanswered` saying why in one line. The
 :class:`SocketWatch` does the rest, the same way for every source:
 
-- asks on a daemon thread (:class:`Loop`) every ``interval``, never on a
-  scrape; readers only read :attr:`SocketWatch.state`, which is lock-free;
-- looks at the socket first (:func:`look`): no socket, no call, and one line
-  when it comes or goes (in the source's words, :class:`Lines`);
+- asks on a daemon thread (:class:`~otel_gpu.attribute.loop.Loop`) every
+  ``interval``, never on a scrape; readers only read :attr:`SocketWatch.state`,
+  which is lock-free;
+- looks at the socket first (:func:`look`): no socket, no call (so a source may
+  connect, and import its client, only once there is one), and one line when it
+  comes or goes (in the source's words, :class:`Lines`); a socket absent since
+  the start is said again, rate-limited, once the grace period is over;
+- publishes the source's empty state as soon as a look finds the socket (at
+  :meth:`SocketWatch.start` too), before the first call returns, so that a
+  stage reading it has a state from the first sample on;
 - after a failed call waits an exponential backoff with full jitter
   (:func:`backoff`), with one line per kind of failure at most every
   ``log_interval``;
@@ -39,6 +45,7 @@ from types import MappingProxyType
 from typing import Generic, TypeVar
 
 from otel_gpu._log import LogLimiter
+from otel_gpu.attribute.loop import Loop
 
 S = TypeVar("S")
 K = TypeVar("K", bound=Hashable)
@@ -101,7 +108,8 @@ class Lines:
 
     Each line is a %-template with named fields, of which it uses any: ``path``,
     ``interval``, ``grace`` (seconds), ``reason``, ``delay`` (seconds until the next
-    try), ``failures`` and ``elapsed`` (seconds since failures started).
+    try), ``failures``, ``elapsed`` (seconds since failures started; in
+    :attr:`still_absent`, a :func:`span`) and, in :attr:`directory`, ``hint``.
     """
 
     what: str
@@ -120,62 +128,15 @@ class Lines:
     """WARNING, once: something that is not a socket at the first look (None: said as absent)."""
     first: str | None = None
     """INFO: the socket is there at the first look (None: nothing said)."""
+    directory: str | None = None
+    """WARNING, once: a directory at the first look (None: said as :attr:`not_socket`), with
+    ``hint`` (:meth:`SocketWatch.directory_hint`)."""
+    still_absent: str | None = None
+    """WARNING, rate-limited: no socket since the start, past the grace period (None: none)."""
+    socket: str = "socket"
+    """What the outage reasons call the socket (``kubelet socket``)."""
     started: str | None = None
-    """INFO: the thread starts (None: nothing said)."""
-
-
-class Loop:
-    """A daemon thread calling ``step`` until stopped.
-
-    ``step`` returns the seconds to wait before its next call, or None when the loop is
-    done; an exception from it goes to ``on_error``, which logs it (rate-limited) and
-    returns the wait. :meth:`start` is idempotent; :meth:`stop` wakes the wait at once
-    and joins for at most its ``timeout``.
-    """
-
-    def __init__(self, name: str, step: Callable[[], float | None],
-                 on_error: Callable[[], float]) -> None:
-        self.name = name
-        self._step = step
-        self._on_error = on_error
-        self._stop = threading.Event()
-        self.thread: threading.Thread | None = None
-        """The running thread, until :meth:`stop`."""
-
-    @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
-
-    def start(self, first_wait: float = 0.0) -> bool:
-        """Start the thread (first step after ``first_wait``); whether one was started."""
-        if self.thread is not None and self.thread.is_alive():
-            return False
-        # A fresh event: a thread a bounded stop left behind still sees its own, set.
-        self._stop = stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(stop, first_wait),
-                                       name=self.name, daemon=True)
-        self.thread.start()
-        return True
-
-    def stop(self, timeout: float = 2.0, interrupt: Callable[[], None] | None = None) -> None:
-        """Ask the thread to end, ``interrupt`` what it is doing, and wait at most
-        ``timeout`` for it (never for itself)."""
-        self._stop.set()
-        if interrupt is not None:
-            interrupt()
-        thread, self.thread = self.thread, None
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
-
-    def _run(self, stop: threading.Event, wait: float) -> None:
-        while not stop.wait(wait):
-            try:
-                delay = self._step()
-            except Exception:  # noqa: BLE001 - a bug in a step must not end the loop
-                delay = self._on_error()
-            if delay is None:
-                return
-            wait = delay
+    """INFO: the thread starts with the socket there (None: nothing said)."""
 
 
 class SocketWatch(Generic[S, K]):
@@ -188,9 +149,10 @@ class SocketWatch(Generic[S, K]):
     With ``off_without_socket`` the state is ``initial`` whenever there is no socket
     (the source is not there: nothing to join); without, a missing socket is a failed
     poll that is neither counted nor backed off (a kubelet restart removes its
-    socket). ``on_update`` is told of a new state where ``changed(old, new)``. The
-    source reports its requests with :meth:`count`. ``clock`` (monotonic seconds) and
-    ``random`` (uniform in [0, 1)) are injectable so tests drive time and jitter.
+    socket; absent since the start, it is said again at most every ``absent_every``
+    past the grace period). ``on_update`` is told of a new state where
+    ``changed(old, new)``. The source reports its requests with :meth:`count`.
+    ``clock`` and ``random`` (uniform in [0, 1)) are injectable for tests.
     """
 
     def __init__(
@@ -212,6 +174,7 @@ class SocketWatch(Generic[S, K]):
         clock: Callable[[], float] = time.monotonic,
         random: Callable[[], float] = _random.random,
         log_interval: float = 60.0,
+        absent_every: float = 600.0,
         on_update: Callable[[S], None] | None = None,
         changed: Callable[[S, S], bool] = operator.ne,
     ) -> None:
@@ -232,6 +195,7 @@ class SocketWatch(Generic[S, K]):
         self._random = random
         self._log = log
         self._limiter = LogLimiter(log, log_interval, clock=clock)
+        self._absent_log = LogLimiter(log, absent_every, clock=clock)
         self._on_update = on_update
         self._changed = changed
         # Published together: (state, monotonic time failures started or None).
@@ -240,6 +204,7 @@ class SocketWatch(Generic[S, K]):
         # The poll's own (one poll at a time, under _poll_lock).
         self._poll_lock = threading.Lock()
         self._presence: Presence | None = None
+        self._seen = False  # the socket was there once: an absence is no longer said again
         self._away_said = False
         self._dropped_said = False
         # Self-metrics, copied out under _stats_lock.
@@ -257,6 +222,7 @@ class SocketWatch(Generic[S, K]):
         Lock-free and cheap: read on every sample."""
         state, failing_since = self._current
         if (failing_since is not None and state is not self._empty
+                and state is not self._initial
                 and self.clock() - failing_since >= self.grace_period):
             return self._empty
         return state
@@ -280,6 +246,11 @@ class SocketWatch(Generic[S, K]):
     @property
     def last_success(self) -> float | None:
         return self._last_success
+
+    @property
+    def presence(self) -> Presence | None:
+        """What the last look found at the path; None until the first."""
+        return self._presence
 
     @property
     def socket_present(self) -> bool | None:
@@ -307,7 +278,7 @@ class SocketWatch(Generic[S, K]):
         if elapsed < self.grace_period:
             return None
         if presence is Presence.ABSENT:
-            return f"no socket at {self.socket_path} for {span(elapsed)}"
+            return f"no {self.lines.socket} at {self.socket_path} for {span(elapsed)}"
         return f"{self.lines.what} at {self.socket_path} unanswered for {span(elapsed)}"
 
     def count(self, key: K) -> None:
@@ -318,8 +289,14 @@ class SocketWatch(Generic[S, K]):
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        """Start the polling thread (idempotent)."""
-        if self._loop.start() and self.lines.started:
+        """Look at the socket now, then start the polling thread (idempotent): a source
+        there has its state (``empty`` until it answers) from the first sample on, however
+        long the thread's first call takes."""
+        with self._poll_lock:
+            there = self._look() is Presence.PRESENT
+            if there:
+                self._there()
+        if self._loop.start() and there and self.lines.started:
             self._log.info(self.lines.started, self._fields())
 
     def stop(self, timeout: float = 2.0) -> None:
@@ -355,6 +332,13 @@ class SocketWatch(Generic[S, K]):
                                   "failed", self.lines.what, exc_info=True)
         return ok
 
+    def _there(self) -> None:
+        """The socket is there: ``initial`` (none seen yet) becomes ``empty`` at once, before
+        the call (the source is there, its answer not yet known)."""
+        state, failing_since = self._current
+        if state is self._initial:
+            self._current = (self._empty, failing_since)
+
     def _poll(self) -> tuple[bool, S | None]:
         if self._look() is not Presence.PRESENT:
             if self._close is not None:
@@ -364,7 +348,9 @@ class SocketWatch(Generic[S, K]):
                 self._current = (self._initial, None)
             else:
                 self._failing(counted=False)
+                self._still_absent()
             return False, None
+        self._there()
         try:
             state = self._fetch()
         except Unanswered as exc:
@@ -414,13 +400,12 @@ class SocketWatch(Generic[S, K]):
         state, failing_since = self._current
         if failing_since is None:
             failing_since = now
-        if state is self._initial:  # there, but not answering: no names to keep
-            state = self._empty
         with self._stats_lock:
             if counted:
                 self._failures += 1
             failures = self._failures
-        if state is not self._empty and now - failing_since >= self.grace_period:
+        if (state is not self._empty and state is not self._initial
+                and now - failing_since >= self.grace_period):
             state = self._empty
             if not self._dropped_said:
                 self._dropped_said = True
@@ -430,6 +415,19 @@ class SocketWatch(Generic[S, K]):
             self._next_delay = backoff(failures, self.backoff_base, self.backoff_cap,
                                        self._random())
 
+    def _still_absent(self) -> None:
+        """The rate-limited line for a socket absent since the start, past the grace period."""
+        since = self._current[1]
+        elapsed = -1.0 if since is None else self.clock() - since
+        if (not self._seen and self._presence is Presence.ABSENT
+                and self.lines.still_absent is not None and elapsed >= self.grace_period):
+            self._absent_log.log("absent", logging.WARNING, self.lines.still_absent,
+                                 self._fields(elapsed=span(elapsed)))
+
+    def directory_hint(self) -> str:
+        """What :attr:`Lines.directory` adds about the directory's content (a source's)."""
+        return ""
+
     def _look(self) -> Presence:
         """What is at the path; one line when that changes (see :class:`Lines`)."""
         now = look(self.socket_path)
@@ -438,13 +436,17 @@ class SocketWatch(Generic[S, K]):
             return now
         lines, fields = self.lines, self._fields()
         if now is Presence.PRESENT:
+            self._seen = True
             line = lines.first if before is None else lines.back if self._away_said else None
             self._away_said = False
             if line is not None:
                 self._log.info(line, fields)
         elif before is None:
             self._away_said = True
-            if now is Presence.NOT_SOCKET and lines.not_socket is not None:
+            if (now is Presence.NOT_SOCKET and lines.directory is not None
+                    and os.path.isdir(self.socket_path)):
+                self._log.warning(lines.directory, self._fields(hint=self.directory_hint()))
+            elif now is Presence.NOT_SOCKET and lines.not_socket is not None:
                 self._log.warning(lines.not_socket, fields)
             else:
                 self._log.info(lines.absent, fields)

@@ -17,7 +17,11 @@ Threads, and what each owns::
                            for them up to a deadline; a job running past 0.25 s
                            keeps its thread and a new one reads on, so a hung
                            call keeps only that thread.
-    otel-gpu-podresources  PodResourcesWatcher: polls the kubelet; on a changed
+    otel-gpu-podresources  PodResourcesWatcher: looks for the kubelet's socket every
+                           kubelet interval (importing gRPC only once one is
+                           there; its start looks once itself, before the first
+                           sample, so a socket there gives that sample the empty
+                           answer) and polls the kubelet; on a changed
                            answer, after releasing its poll lock, calls
                            Pipeline.pods_changed(), which re-publishes the latest
                            sample with the new pods.
@@ -37,10 +41,6 @@ Threads, and what each owns::
                            deadline, and past it publishes without the stage's
                            attributes until the held call returns, so a file read
                            that never returns holds no GPU's sampling.
-    otel-gpu-kubelet-wait  attribute.k8s.enrich.KubeletWatch, only while no kubelet
-                           socket exists: checks the path every kubelet interval;
-                           when it appears, imports gRPC, builds and starts the
-                           watcher above, and ends. Takes no lock.
     otel-gpu-http          MetricsServer's accept loop; otel-gpu-http-conn, one per
                            connection (at most 64): /metrics -> RenderCache.get(),
                            which returns the body rendered on publishing; it renders

@@ -17,10 +17,10 @@ import time
 
 import pytest
 
+from otel_gpu.attribute.loop import Loop
 from otel_gpu.attribute.watch import (
     MIN_DELAY_S,
     Lines,
-    Loop,
     Presence,
     SocketWatch,
     Unanswered,
@@ -159,6 +159,39 @@ def test_a_source_there_but_never_answering_publishes_empty(path, clock) -> None
     w = make(path, source, clock, initial=None, off_without_socket=True)
     assert not w.poll_once()
     assert w.state == EMPTY  # not None: the source is there, its names are unknown
+
+
+def test_a_socket_there_at_the_start_is_empty_before_the_first_answer(
+        path, clock, caplog) -> None:
+    """start() looks before its thread asks: a stage reading the state for the first sample
+    finds the source there (empty), not ``initial``, however long the first call takes."""
+    entered, release = threading.Event(), threading.Event()
+    source = ScriptedFetch()
+    answer = source.fetch
+
+    def held() -> str:
+        entered.set()
+        release.wait(10)
+        return answer()
+
+    source.fetch = held  # type: ignore[method-assign]
+    w = make(path, source, clock, initial=None, interval=3600)
+    w.start()
+    try:
+        assert w.state == EMPTY  # at once, on start's own look
+        assert entered.wait(10) and w.state == EMPTY
+        release.set()
+        assert wait_until(lambda: w.state == "a", 10, "the answer")
+    finally:
+        release.set()
+        w.stop()
+    os.unlink(path)
+    absent = make(path, ScriptedFetch(), clock, initial=None, interval=3600)
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        absent.start()
+        absent.stop()
+    assert absent.state is None  # nothing there: nothing to join
+    assert said(caplog) == [f"absent {path}"]  # no polling line without a socket
 
 
 # --------------------------------------------------------------------------- lines
@@ -349,22 +382,22 @@ def test_stop_is_bounded_when_a_call_ignores_the_cancel(path, clock) -> None:
         release.set()
 
 
-def test_the_loop_waits_first_when_asked_and_ends_when_its_step_is_done() -> None:
+def test_the_loop_outlives_a_failing_step_waits_as_asked_and_stops_at_once() -> None:
     calls: list[int] = []
 
-    def step() -> float | None:
+    def step() -> float:
         calls.append(1)
-        return None if len(calls) == 3 else 0.0
+        if len(calls) < 3:
+            raise RuntimeError("a bug")
+        return 3600.0  # then an hour's wait
 
-    loop = Loop("otel-gpu-test-loop", step, lambda: 0.0)
-    assert loop.start()
+    errors: list[int] = []
+    loop = Loop("otel-gpu-test-loop", step, lambda: float(errors.append(1) or 0))
+    assert loop.start() and not loop.start()  # idempotent
     assert wait_until(lambda: len(calls) == 3, 10, "three steps")
     thread = loop.thread
-    assert thread is not None
-    thread.join(5)
-    assert not thread.is_alive()
-    waiting = Loop("otel-gpu-test-loop", lambda: float(calls.append(2) or 0), lambda: 0.0)
-    assert waiting.start(first_wait=3600) and not waiting.start()  # idempotent
+    assert thread is not None and thread.is_alive() and errors == [1, 1]
     started = time.monotonic()
-    waiting.stop()
-    assert time.monotonic() - started < 1.0 and 2 not in calls
+    loop.stop()
+    assert time.monotonic() - started < 1.0 and not thread.is_alive()
+    assert calls == [1, 1, 1]  # the wait was woken, not run out

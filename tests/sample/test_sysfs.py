@@ -10,7 +10,7 @@ from typing import TypeVar
 
 from otel_gpu._files import read_sysfs
 from otel_gpu.attribute.k8s.attribution import attribute
-from otel_gpu.attribute.k8s.podresources import PodResourcesState
+from otel_gpu.attribute.k8s.kubelet_answer import PodResourcesState
 from otel_gpu.sample.library import Nvml
 from otel_gpu.sample.sampler import Sampler
 from otel_gpu.snapshot import FAILED, Device

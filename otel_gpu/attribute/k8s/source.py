@@ -1,10 +1,9 @@
 """What the pod stage reads from the kubelet: the :class:`PodSource` Protocol, and what
 its watcher says (:data:`LINES`).
 
-The real source is :class:`~otel_gpu.attribute.k8s.enrich.KubeletWatch` (which
-builds the gRPC poller, :class:`~otel_gpu.attribute.k8s.podresources.PodResourcesWatcher`,
-once a socket exists); tests hand the stage a double with the same shape. The lines
-are here, beside no gRPC, because the waiting watcher says the first of them.
+The real source is :class:`~otel_gpu.attribute.k8s.podresources.PodResourcesWatcher`
+(which imports gRPC only once a socket exists); tests hand the stage a double with the
+same shape.
 """
 
 from __future__ import annotations
@@ -30,17 +29,15 @@ LINES = Lines(
            "grace period (%(grace).0fs); retrying in %(delay).1fs",
     dropped="pod-resources unavailable for %(elapsed).0fs (grace period): dropping pod "
             "attribution until the kubelet answers again",
+    directory="kubelet_socket %(path)s is a directory, not the kubelet's pod-resources "
+              "socket: pod attribution is off; set kubelet_socket to the socket's own "
+              "path%(hint)s",
+    still_absent="pod attribution off: still no kubelet socket at %(path)s after "
+                 "%(elapsed)s (kubelet_socket mistyped, or its directory not mounted?); pods "
+                 "are not attributed until it appears, looked for every %(interval)g s",
+    socket="kubelet socket",
 )
-"""What the kubelet's watchers say, in the words an operator of a Kubernetes node knows."""
-
-STILL_ABSENT = ("pod attribution off: still no kubelet socket at %(path)s after %(elapsed)s "
-                "(kubelet_socket mistyped, or its directory not mounted?); pods are not "
-                "attributed until it appears, looked for every %(interval)g s")
-"""WARNING, at most every few minutes, while the socket stays absent past the grace period:
-the INFO line at start is easy to miss when the path is simply wrong."""
-DIRECTORY = ("kubelet_socket %(path)s is a directory, not the kubelet's pod-resources socket: "
-             "pod attribution is off; set kubelet_socket to the socket's own path%(hint)s")
-"""WARNING, once: the setting names the directory (the one a container mounts)."""
+"""What the kubelet's watcher says, in the words an operator of a Kubernetes node knows."""
 
 
 @runtime_checkable

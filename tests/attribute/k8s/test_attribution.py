@@ -20,13 +20,13 @@ from otel_gpu.attribute.k8s.attribution import (
     pci_bus_id_to_sysfs,
 )
 from otel_gpu.attribute.k8s.device_ids import ResourceFilter
-from otel_gpu.attribute.k8s.podresources import (
+from otel_gpu.attribute.k8s.kubelet_answer import (
     AllocatableDevice,
     PodResourcesState,
-    PodResourcesWatcher,
     allocatable_from_v1,
     allocations_from_v1,
 )
+from otel_gpu.attribute.k8s.podresources import PodResourcesWatcher
 from otel_gpu.workload import AllocationRow, Holder, PodRef
 from testkit.kubelet import (
     FakeKubelet,

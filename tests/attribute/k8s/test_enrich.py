@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import threading
 import tracemalloc
 
 import pytest
@@ -17,6 +16,8 @@ from tests.support.clock import FakeClock
 from tests.support.snapshots import GPU0, gpu_device, sample, snapshot
 
 LOGGER = "otel_gpu.attribute.k8s.enrich"
+WATCHER = "otel_gpu.attribute.k8s.podresources"
+"""The kubelet watcher's lines (the socket's presence) are its own module's."""
 
 
 def _state(*allocations: Allocation) -> PodResourcesState:
@@ -149,63 +150,75 @@ def test_memory_stays_flat_whatever_the_number_of_distinct_ids(node, tmp_path):
 
 def test_the_real_sources_and_the_double_are_pod_sources(tmp_path):
     from otel_gpu.attribute.enrich import Enricher
-    from otel_gpu.attribute.k8s.enrich import KubeletWatch
     from otel_gpu.attribute.k8s.podresources import PodResourcesWatcher
     from otel_gpu.attribute.k8s.source import PodSource
 
     path = tmp_path / "kubelet.sock"
     real = PodResourcesWatcher(path)
-    waiting = KubeletWatch(path, lambda: real, interval=1.0)
+    waiting = PodResourcesWatcher(path, interval=1.0, initial=None)  # the collector's
     for source in (real, waiting, FakePodSource()):
         assert isinstance(source, PodSource), source
     assert waiting.state is None and not waiting.poll_once()  # no socket: nothing yet
     assert isinstance(PodEnricher(waiting, tmp_path), Enricher)
 
 
-def test_the_waiting_watcher_builds_once_something_is_there_and_retries_a_failed_build(
-        tmp_path, caplog):
-    """Absent: one line, no gRPC; a build that fails (a bug) is one error line and tried
-    again after a backoff; once built, the watcher is started and the wait ends."""
-    from otel_gpu.attribute.k8s.enrich import KubeletWatch
+def test_the_watcher_connects_once_a_socket_is_there_and_retries_a_failed_connect(
+        tmp_path, caplog, monkeypatch):
+    """Absent: one line, no client (no gRPC); a client that fails to build (a bug) is one
+    error line and tried again after a backoff; once built, it is asked."""
+    import socket
+
+    from otel_gpu.attribute.k8s import kubelet_rpc
+    from otel_gpu.attribute.k8s.podresources import PodResourcesWatcher
     from testkit.process import wait_until
 
     path = tmp_path / "kubelet.sock"
-    built = FakePodSource()
     tries = []
 
-    def build():
-        tries.append(1)
-        if len(tries) < 3:
-            raise RuntimeError("bug")
-        return built
+    class Client:
+        def __init__(self, *args: object) -> None:
+            tries.append(1)
+            if len(tries) < 3:
+                raise RuntimeError("bug")
 
-    waiting = KubeletWatch(path, build, interval=0.01)
-    with caplog.at_level(logging.INFO, logger=LOGGER):
+        def ask(self) -> PodResourcesState:
+            return _held()
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(kubelet_rpc, "PodResourcesClient", Client)
+    waiting = PodResourcesWatcher(path, interval=0.01, backoff_base=0.01, backoff_cap=0.02,
+                                  initial=None)
+    with caplog.at_level(logging.INFO, logger=WATCHER):
         waiting.start()
         try:
             assert wait_until(lambda: waiting.stats.socket_present is False, 10, "a look")
-            path.write_text("")  # something at the path
-            assert wait_until(lambda: built.started, 10, "the watcher started")
-            assert wait_until(lambda: not any(t.name == "otel-gpu-kubelet-wait"
-                                              for t in threading.enumerate()), 10, "the end")
+            assert waiting.client is None
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.bind(str(path))
+                assert wait_until(lambda: waiting.stats.pods == 1, 10, "the answer")
+                waiting.stop()
         finally:
             waiting.stop()
-    assert waiting.watcher is built and len(tries) == 3 and not built.started
-    lines = [r for r in caplog.records if r.name == LOGGER]
-    assert [r.levelno for r in lines] == [logging.INFO, logging.ERROR, logging.INFO]
+    assert isinstance(waiting.client, Client) and len(tries) == 3
+    lines = [r for r in caplog.records if r.name == WATCHER]
+    # No socket at the start: no polling line, only the absence; the socket's line comes as
+    # it appears, before the client is built; the failed builds are failed polls, so the
+    # first answer says it ends them.
+    assert [r.levelno for r in lines] == [logging.INFO, logging.INFO, logging.ERROR, logging.INFO]
     assert lines[0].getMessage().startswith(f"pod attribution off: no kubelet socket at {path}")
-    assert lines[1].exc_info is not None
-    assert lines[2].getMessage().endswith("is available: pod attribution on")
+    assert lines[1].getMessage().endswith("is available: pod attribution on")
+    assert lines[2].exc_info is not None
+    assert lines[3].getMessage().endswith("answers again after 2 failed attempts")
 
 
 def _waiting(path, clock, **kw):
-    """A waiting watcher whose build is never reached while nothing (or a directory) is there."""
-    from otel_gpu.attribute.k8s.enrich import KubeletWatch
+    """The collector's watcher, at a path without a socket (no client is ever built)."""
+    from otel_gpu.attribute.k8s.podresources import PodResourcesWatcher
 
-    def build():
-        raise AssertionError("built at a path without a socket")
-
-    return KubeletWatch(path, build, interval=10.0, grace_period=60.0, clock=clock, **kw)
+    return PodResourcesWatcher(path, interval=10.0, grace_period=60.0, clock=clock,
+                               initial=None, **kw)
 
 
 def test_a_socket_absent_past_the_grace_period_is_warned_of_and_said_in_readiness(
@@ -217,7 +230,7 @@ def test_a_socket_absent_past_the_grace_period_is_warned_of_and_said_in_readines
     path = tmp_path / "kubelet.sokc"
     waiting = _waiting(path, clock, absent_every=600.0)
     enrich = PodEnricher(waiting, tmp_path)
-    with caplog.at_level(logging.INFO, logger=LOGGER):
+    with caplog.at_level(logging.INFO, logger=WATCHER):
         for _ in range(6):  # the waiting thread's looks, one per interval, within the grace
             assert not waiting.poll_once()
             assert enrich.problem() is None
@@ -225,7 +238,7 @@ def test_a_socket_absent_past_the_grace_period_is_warned_of_and_said_in_readines
         for _ in range(60 * 6):  # an hour of looks past the grace period
             assert not waiting.poll_once()
             clock.advance(10.0)
-    lines = [r for r in caplog.records if r.name == LOGGER]
+    lines = [r for r in caplog.records if r.name == WATCHER]
     assert lines[0].levelno == logging.INFO
     warnings = [r.getMessage() for r in lines if r.levelno == logging.WARNING]
     assert len(warnings) == 6, warnings  # one per 10 min over the hour
@@ -241,10 +254,10 @@ def test_a_directory_is_said_to_be_one_not_told_to_be_mounted(tmp_path, caplog):
     directory = tmp_path / "pod-resources"
     directory.mkdir()
     waiting = _waiting(directory, clock)
-    with caplog.at_level(logging.INFO, logger=LOGGER):
+    with caplog.at_level(logging.INFO, logger=WATCHER):
         assert not waiting.poll_once()
         assert not waiting.poll_once()
-    (line,) = [r for r in caplog.records if r.name == LOGGER]
+    (line,) = [r for r in caplog.records if r.name == WATCHER]
     assert line.levelno == logging.WARNING
     text = line.getMessage()
     assert text.startswith(f"kubelet_socket {directory} is a directory, not the kubelet's "
@@ -255,7 +268,7 @@ def test_a_directory_is_said_to_be_one_not_told_to_be_mounted(tmp_path, caplog):
     caplog.clear()
     with socket.socket(socket.AF_UNIX) as sock:
         sock.bind(str(directory / "kubelet.sock"))
-        with caplog.at_level(logging.INFO, logger=LOGGER):
+        with caplog.at_level(logging.INFO, logger=WATCHER):
             assert not _waiting(directory, clock).poll_once()
-    (line,) = [r for r in caplog.records if r.name == LOGGER]
+    (line,) = [r for r in caplog.records if r.name == WATCHER]
     assert f"({directory / 'kubelet.sock'} is there)" in line.getMessage()

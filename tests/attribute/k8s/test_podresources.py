@@ -14,14 +14,14 @@ import pytest
 from otel_gpu._log import LogLimiter
 from otel_gpu.attribute.k8s._proto.podresources.v1 import api_pb2 as v1_pb2
 from otel_gpu.attribute.k8s.device_ids import ResourceFilter
-from otel_gpu.attribute.k8s.podresources import (
+from otel_gpu.attribute.k8s.kubelet_answer import (
     EMPTY_STATE,
     AllocatableDevice,
     Allocation,
-    PodResourcesWatcher,
     allocatable_from_v1,
     allocations_from_v1,
 )
+from otel_gpu.attribute.k8s.podresources import PodResourcesWatcher
 from otel_gpu.workload import PodRef
 from testkit.kubelet import (
     V1_ALLOCATABLE,
@@ -231,7 +231,7 @@ def test_allocatable_failure_keeps_last_value_and_retries_next_poll(
     w = watcher(kubelet, allocatable_every=100)
     assert w.poll_once()
     kubelet.set_allocatable([devices("nvidia.com/gpu", GPU0, GPU1)])
-    w._polls_until_allocatable = 0  # due now
+    w.client._polls_until_allocatable = 0  # due now
     kubelet.fail_next(1, rpc=V1_ALLOCATABLE)
     assert w.poll_once()  # List itself succeeded
     assert len(w.state.allocatable) == 1
@@ -451,7 +451,7 @@ def test_stale_socket_file_without_listener(caplog) -> None:
 
 def test_path_that_is_not_a_socket(tmp_path, caplog) -> None:
     path = tmp_path / "kubelet.sock"
-    path.mkdir()
+    path.write_text("")  # a directory is said to be one (test_enrich)
     w = PodResourcesWatcher(path)
     with caplog.at_level(logging.INFO, logger=LOGGER):
         assert not w.poll_once()
