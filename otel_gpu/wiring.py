@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from otel_gpu.attribute.enrich import Bounded, Enricher, Watched
+from otel_gpu.attribute.gputime import GpuTimeLedger, GpuTimeStage
 from otel_gpu.config import Config
 from otel_gpu.errors import SetupError
 from otel_gpu.export import exporters
@@ -148,6 +149,12 @@ def pod_enricher(
     return PodEnricher(watcher, Path(config.sysfs_root), processes=processes, pod_dirs=pod_dirs)
 
 
+def gpu_time(config: Config) -> GpuTimeStage:
+    """The GPU time stage, last: it counts time by the workloads the others named."""
+    return GpuTimeStage(GpuTimeLedger(idle_threshold=config.idle_threshold,
+                                      pods=config.pod_attribution))
+
+
 def gpm_window(config: Config) -> float:
     """A new GPU's GPM measurement window; none under ``--simulate``, whose profiling
     counters are the scenario's values whatever time passes between two samples."""
@@ -196,7 +203,7 @@ def _sample_once(config: Config, nvml: Nvml) -> Snapshot:
     if containers is not None:
         containers.refresh()
         snapshot = _once(containers, "container", snapshot)
-    return snapshot
+    return gpu_time(config).process(snapshot)
 
 
 def _once(stage: Enricher, name: str, snapshot: Snapshot) -> Snapshot:
@@ -300,6 +307,7 @@ class Service:
                             for name, stage in named if stage is not None)
         for stage in self.stages:  # in this order: pods, then jobs, then containers
             self.pipeline.add_stage(stage.process)
+        self.pipeline.add_stage(gpu_time(config).process)  # arithmetic only: no thread
         self.readiness = Readiness(store, timings, clock, notes=self._notes)
         web = endpoint.web_config(config)
         # The endpoint answers health probes whatever the exporters; /metrics is the body of

@@ -302,10 +302,19 @@ class GpuTimeStage:
 
 
 def _usage_by_device(snapshot: Snapshot) -> dict[str, list[PodUsage]]:
-    """The usage rows (pods', else containers') by device; jobs have none of their own."""
+    """The usage rows by device: the containers' outside Kubernetes on a device they hold
+    (no pod does), else the pods' (else the containers'); jobs have none of their own."""
     out: dict[str, list[PodUsage]] = {}
     for row in snapshot.usage():
         out.setdefault(row.uuid, []).append(row)
+    containers = snapshot.containers
+    if containers is not None and containers.usage is not snapshot.usage():
+        pods = snapshot.pods.attribution if snapshot.pods is not None else None
+        mine: dict[str, list[PodUsage]] = {}
+        for row in containers.usage:
+            if row.uuid in containers.devices and (pods is None or not pods.holders(row.uuid)):
+                mine.setdefault(row.uuid, []).append(row)
+        out.update(mine)
     return out
 
 

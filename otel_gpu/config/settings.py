@@ -143,6 +143,7 @@ KUBELET_TIMEOUT = duration_in(0.1, 300.0)
 KUBELET_GRACE_PERIOD = duration_in(0.1, 86400.0)
 OTLP_TIMEOUT = duration_in(0.1, 300.0)
 OTLP_INTERVAL = duration_in(1.0, 3600.0)
+IDLE_THRESHOLD = duration_in(0.1, 86400.0)
 
 
 @dataclass(frozen=True)
@@ -224,6 +225,11 @@ class Config:
         "HPC job labels from dcgm-exporter's job mapping directory: one file per GPU "
         "named by its index (<index>.<gpu instance id> for MIG), one job id a line, "
         "written by the scheduler's prolog and epilog (default: off)")
+    idle_threshold: float = setting(
+        IDLE_THRESHOLD, "30m", _SECONDS,
+        "how long a pod, container or job may hold a GPU with no process or no activity "
+        f"on it before it is an idle allocation, said in one log record ({IDLE_THRESHOLD.span})",
+        serve_only=True)
     device_attributes: DeviceAttributes = setting(
         choice(DEVICE_ATTRIBUTES), "all", "identity|all",
         "device attributes on every series of the OpenTelemetry names (Prometheus and "

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from otel_gpu.instrument import build, observe
+from otel_gpu.instrument import build, gputime, observe
 from otel_gpu.instrument.attributes import (
     ENERGY_RULE,
     HW_ID,
@@ -605,6 +605,8 @@ CATALOG: tuple[Metric, ...] = (
         attributes=(HW_ID, ENERGY_RULE),
         source_doc="collector (energy accounting)",
     ),
+    # GPU time per workload (instrument/gputime.py): allocated, active, idle; per device
+    *gputime.METRICS,
     # The collector's own health
     Metric(
         "otel_gpu.kubelet.requests", Kind.COUNTER, "{request}",

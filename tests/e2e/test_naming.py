@@ -230,7 +230,9 @@ def test_golden_otel_exposition(collector, kubelet, scenario, device_attributes)
         if len(series(text, "nvidia_gpu_k8s_allocation")) != rows:
             return None
         for name, labels, _ in parse_samples(text):
-            per_container = name.startswith(("nvidia_gpu_k8s_allocation", "nvidia_gpu_k8s_energy"))
+            per_container = name.startswith((
+                "nvidia_gpu_k8s_allocation", "nvidia_gpu_k8s_energy", "nvidia_gpu_k8s_time",
+                "nvidia_gpu_k8s_idle", "nvidia_gpu_time_", "nvidia_gpu_outside"))
             if name == "nvidia_gpu_info":  # the device's, never its pod's
                 continue
             if "hw_id" in labels and not per_container and (
