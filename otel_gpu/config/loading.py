@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 from otel_gpu._files import FileError, Unreadable, load_yaml_fields
 from otel_gpu.config import settings
+from otel_gpu.config.foreign import foreign_variables
 from otel_gpu.config.values import optional_text, show
 from otel_gpu.errors import SetupError
 
@@ -57,6 +58,16 @@ def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
     ]
 
 
+def refuse_foreign_variables(environ: Mapping[str, str]) -> None:
+    """dcgm-exporter's variables, answered as its flags are (:mod:`.foreign`): one line
+    naming otel-gpu's variable for the first, and the names of the others."""
+    lines = foreign_variables(environ)
+    if lines:
+        more = [line.split()[2] for line in lines[1:]]
+        also = f" (also set: {', '.join(more)})" if more else ""
+        raise ConfigError(lines[0] + also)
+
+
 def load(
     flags: Mapping[str, object] | None = None,
     environ: Mapping[str, str] | None = None,
@@ -71,6 +82,7 @@ def load(
     """
     flags = dict(flags or {})
     env = os.environ if environ is None else environ
+    refuse_foreign_variables(env)
     path = config_file or env.get(settings.CONFIG_ENV) or None
     from_file = _read_file(path) if path else {}
     values: dict[str, object] = {}

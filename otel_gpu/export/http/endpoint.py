@@ -1,6 +1,7 @@
 """The service's endpoint: ``/metrics``, ``/healthz``, ``/readyz`` and ``/``.
 
-It answers the health probes whatever the exporters; ``/metrics`` is the
+It answers the health probes whatever the exporters (``/health`` as ``/healthz``: the
+path dcgm-exporter serves, which probes copied from its chart ask); ``/metrics`` is the
 :class:`~otel_gpu.export.seam.Scrape` of the exporter that has one (404
 without), chosen by the scraper's ``Accept`` there and gzipped here when the
 scraper's ``Accept-Encoding`` allows. The web config's TLS and basic auth
@@ -41,6 +42,9 @@ def validate(config: Config) -> None:
     config file (a :class:`~otel_gpu.export.http.webconfig.WebConfigError` names the key)."""
     web_config(config)
 
+LIVENESS = ("/healthz", "/health")
+"""The liveness paths: ours, and dcgm-exporter's."""
+
 LANDING = """<!DOCTYPE html>
 <html lang="en">
 <head><meta charset="utf-8"><title>otel-gpu</title></head>
@@ -71,7 +75,7 @@ class _Handler(BoundedHandler):
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
             self._metrics()
-        elif path == "/healthz":
+        elif path in LIVENESS:
             self._text(200, "ok\n")
         elif path == "/readyz":
             ready, reason = self.server.readiness()
