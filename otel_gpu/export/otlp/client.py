@@ -44,6 +44,7 @@ from otel_gpu import __version__
 from otel_gpu._log import LogLimiter, library_window
 from otel_gpu.export.collected import CUMULATIVE
 from otel_gpu.export.otlp.encode import Encoder
+from otel_gpu.export.otlp.ports import mismatch
 from otel_gpu.export.otlp.transport import (
     GRPC,
     METRICS,
@@ -421,6 +422,11 @@ class OtlpMetricExporter(MetricExporter):
         where = self.target.url
         for attempt in range(MAX_ATTEMPTS):
             result = self._sender.send(body, max(deadline - time.monotonic(), 0.0))
+            found = None if result.ok else mismatch(self.target.protocol, self.target.url,
+                                                    result.reason)
+            if found is not None:  # the other protocol's port: no retry can help, if proved
+                result = Attempt(False, found.reason, result.retryable and not found.proved,
+                                 result.delay, result.reconnect)
             if result.ok:
                 return MetricExportResult.SUCCESS
             if result.reconnect and attempt == 0:
