@@ -61,6 +61,7 @@ from otel_gpu.export.events.records import (
     Event,
     xid_class,
 )
+from otel_gpu.export.events.workloads import WorkloadEvents
 from otel_gpu.export.naming import xid as xids
 from otel_gpu.instrument.attributes import GPU_INDEX, HW_ID, HW_STATE, MIG_CI, MIG_GI
 from otel_gpu.instrument.schema import Kind, Metric
@@ -116,6 +117,8 @@ class EventDetector:
         self._devices: dict[str, _DeviceState] = {}
         self._index: dict[str, tuple[int, bool]] = {}
         """uuid -> (NVML index, whether a MIG instance), for the devices known."""
+        self._workloads = WorkloadEvents()
+        """Idle allocations and use outside any allocation (the GPU time ledger's)."""
 
     def observe(self, snapshot: Snapshot) -> list[Event]:
         """The events of ``snapshot``, once per sample: a re-publication (new pods) gives none."""
@@ -169,6 +172,7 @@ class EventDetector:
                 continue  # its GPU's conditions are its own: reported once, on the GPU
             yield from self._state(context, state)
             yield from self._episodes(context, state)
+        yield from self._workloads.detect(snapshot)
 
     def _xid(self, ctx: DeviceContext, event: XidEvent) -> Event:
         """The MIG ids are the instance's, where the GPU has the one NVML named: a driver
