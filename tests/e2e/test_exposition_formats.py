@@ -132,10 +132,11 @@ def test_build_info_names_the_versions(h100):
 GOLDEN_FORMATS = ("openmetrics-1.0.0", "openmetrics-1.0.0-allow-utf-8", "text-1.0.0-allow-utf-8",
                   "text-1.0.0-dots", "text-1.0.0-values")
 # run to run (and release to release): versions, host, instance id; ages, durations, requests
+# and the process_* series
 _VARYING_LABEL = re.compile(
     r'((?:"|\b)[\w.]*?(?:host[\w.]*name|instance[\w.]*id|(?:service|sdk|runtime|gpu|pynvml)'
     r'[\w.]*version)"?)="(?:[^"\\]|\\.)*"')
-_VARYING_VALUE = re.compile(r"otel[\w.]*(?:age|duration|requests)")
+_VARYING_VALUE = re.compile(r"otel[\w.]*(?:age|duration|requests)|^process_")
 
 
 def _normalised(text: str) -> str:

@@ -145,7 +145,8 @@ def test_bad_naming_profile_is_one_line():
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)(?: -?\d+)?$")
 # What differs from run to run (or release to release), not with the names or the scenario.
-_VARYING_VALUE = re.compile(r"^otel_gpu_\w*(?:_seconds|_requests_total)$")
+# (and the collector's own process_* series, read from /proc at the scrape)
+_VARYING_VALUE = re.compile(r"^otel_gpu_\w*(?:_seconds|_requests_total)$|^process_\w+$")
 _VARYING_LABEL = re.compile(
     r'\b(host_name|service_instance_id|service_version|telemetry_sdk_version|otel_gpu_version|'
     r'otel_gpu_pynvml_version|process_runtime_version)="(?:[^"\\]|\\.)*"'
