@@ -105,6 +105,10 @@ def test_defaults_are_derived_and_stable(tmp_path):
      r"containers\[0\]\.runtime: expected one of containerd, crio, docker"),
     ("{pods: [{namespace: ml, name: a, qos: gold}]}", r"node\.pods\[0\]\.qos: expected one of"),
     ("{nodes: []}", r"node\.nodes: unknown key"),
+    ("{containers: [{name: c, image: 'a b'}]}",
+     r"node\.containers\[0\]\.image: expected an image reference"),
+    ("{pods: [{namespace: ml, name: a, containers: [{name: c, image: app}]}]}",
+     r"containers\[0\]\.image: unknown key"),  # the kubelet names no image
 ])
 def test_node_keys_are_checked(tmp_path, node, message):
     with pytest.raises(ScenarioError, match=message):
@@ -119,3 +123,28 @@ def test_command_line(tmp_path, capsys):
     assert (tmp_path / "root" / "proc" / "101" / "cgroup").exists()
     assert main(["t4", str(tmp_path / "other")]) == 2
     assert "has no node section" in capsys.readouterr().err
+
+
+def test_a_running_node_serves_its_docker_containers_on_a_fake_runtime_api(tmp_path):
+    from otel_gpu.attribute.container.runtime import fetch, parse_containers
+    from otel_gpu.sim.node import run_node
+
+    scenario = load_scenario(write(tmp_path, """\
+devices: [{name: NVIDIA A10}]
+node:
+  pods: [{namespace: ml, name: a, containers: [{name: c, pids: [101], devices: [0]}]}]
+  containers:
+    - {name: jupyter, pids: [201], runtime: docker, image: "quay.io/jupyter/base:2024-12"}
+    - {name: untagged, pids: [202], runtime: docker}
+    - {name: by-nerdctl, pids: [203], runtime: containerd}
+"""))
+    node = run_node(scenario)
+    try:
+        listed = parse_containers(fetch(node.runtime_socket, timeout=5.0))
+    finally:
+        node.close()
+    ids = {c.name: c.id for c in scenario.node.containers}
+    assert {(c.id, c.name, c.image) for c in listed} == {
+        (ids["jupyter"], "jupyter", "quay.io/jupyter/base"),
+        (ids["untagged"], "untagged", None)}  # an image id: no name; nerdctl's not Docker's
+    assert not os.path.exists(node.runtime_socket)
