@@ -118,12 +118,13 @@ class Instruments:
                 continue
             sets = self._device_sets(snapshot, sample.device)
             merge = sets.with_info if metric.describes_device else sets.with_point
+            name = metric.name
             if metric.per_device is not None:  # attributes made afresh: one object per content
-                node_set, name = self._node_set, metric.name
-                out.extend([(value, merge(node_set(name, attrs)) if attrs else merge(attrs))
-                            for value, attrs in points])
+                node_set = self._node_set
+                out.extend([(value, merge(name, node_set(name, attrs)) if attrs
+                             else merge(name, attrs)) for value, attrs in points])
             else:
-                out.extend([(value, merge(attrs)) for value, attrs in points])
+                out.extend([(value, merge(name, attrs)) for value, attrs in points])
         return out
 
     def _node_set(self, name: str, attrs: Mapping[str, Any]) -> dict[str, Any]:
@@ -173,9 +174,9 @@ class _AttributeSets:
     ``base``: what each of its series carries (its identity, or every attribute, and its
     pods and jobs); ``info``: every attribute of the device, for ``nvidia.gpu.info``.
     A point's own attributes (a catalog row's fixed ``hw.gpu.task``, say) are merged
-    into either once, and the merged object is handed out again while those attributes
-    are the same object: the collection and the writers key their work on that identity,
-    so a series whose attributes did not change costs them one look-up.
+    into either once per metric and content, and the merged object is handed out again:
+    the series table (:mod:`otel_gpu.instrument.series`) recognises a series by that
+    identity, so a series whose attributes did not change costs one comparison.
     """
 
     __slots__ = ("base", "info", "_merged")
@@ -187,22 +188,24 @@ class _AttributeSets:
     def __init__(self, base: dict[str, str | int], info: dict[str, str | int]) -> None:
         self.base = base
         self.info = info
-        self._merged: dict[tuple[bool, int], tuple[Mapping[str, str], dict[str, str | int]]] \
-            = {}
+        self._merged: dict[tuple[bool, str, tuple], dict[str, str | int]] = {}
 
-    def with_point(self, attrs: Mapping[str, str]) -> dict[str, str | int]:
-        return self._merge(False, attrs) if attrs else self.base
+    def with_point(self, name: str, attrs: Mapping[str, Any]) -> dict[str, str | int]:
+        return self._merge(False, name, attrs) if attrs else self.base
 
-    def with_info(self, attrs: Mapping[str, str]) -> dict[str, str | int]:
-        return self._merge(True, attrs) if attrs else self.info
+    def with_info(self, name: str, attrs: Mapping[str, Any]) -> dict[str, str | int]:
+        return self._merge(True, name, attrs) if attrs else self.info
 
-    def _merge(self, info: bool, attrs: Mapping[str, str]) -> dict[str, str | int]:
-        key = (info, id(attrs))
-        found = self._merged.get(key)
-        if found is not None and found[0] is attrs:  # held below: its id is not reused
-            return found[1]
-        merged = {**(self.info if info else self.base), **attrs}
-        if len(self._merged) >= self.MAX_MERGED:
-            self._merged.clear()
-        self._merged[key] = (attrs, merged)
-        return merged
+    def _merge(self, info: bool, name: str, attrs: Mapping[str, Any]) -> dict[str, str | int]:
+        """The set with ``attrs`` merged in, one object per metric and content (within a
+        metric, as the SDK keeps a series' first attributes, equal content is one set)."""
+        try:
+            key = (info, name, tuple(attrs.items()))
+            found = self._merged.get(key)
+        except TypeError:  # a value that cannot be hashed: a set of its own
+            return {**(self.info if info else self.base), **attrs}
+        if found is None:
+            if len(self._merged) >= self.MAX_MERGED:
+                self._merged.clear()
+            found = self._merged[key] = {**(self.info if info else self.base), **attrs}
+        return found

@@ -23,6 +23,8 @@ from typing import Any
 
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
+    Gauge,
+    Metric,
     MetricExporter,
     MetricExportResult,
     MetricReader,
@@ -30,20 +32,23 @@ from opentelemetry.sdk.metrics.export import (
     PeriodicExportingMetricReader,
     ResourceMetrics,
     ScopeMetrics,
+    Sum,
 )
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.util.types import AttributeValue
 
+from otel_gpu._sdk import number_point
 from otel_gpu.export.collected import CollectingReader
 from otel_gpu.export.otlp.client import OtlpMetricExporter, Target, target, temporality
 from otel_gpu.export.otlp.push import OtlpPush, cumulative
-from otel_gpu.export.otlp.resources import CACHE, Key, WorkloadResources
+from otel_gpu.export.otlp.resources import Key, WorkloadResources
 from otel_gpu.export.otlp.transport import (
     RESOURCE,
     OtlpSettings,
     OtlpSetupError,
     resolve,
 )
+from otel_gpu.instrument.series import SeriesColumns, SeriesData, flat_metrics
 from otel_gpu.workload import WORKLOAD_ATTRIBUTES
 
 log = logging.getLogger(__name__)
@@ -103,6 +108,23 @@ def build_reader(
 
 _NO_ATTRIBUTES: Mapping[str, AttributeValue] = {}
 
+Split = tuple[Key, "dict[str, AttributeValue] | None"]
+"""A point's workload key, and its attributes without the workload's (None: no workload)."""
+
+
+class _Plan:
+    """Where each point of a collection goes, kept while the collection's layout stays:
+    per output Resource, its scopes, and per metric the (metric's place, point's place,
+    series id) of each of its points."""
+
+    __slots__ = ("groups", "layout", "out_layout")
+
+    def __init__(self, layout: object, groups: list[tuple[Any, Any, list[tuple[
+            Any, str, list[tuple[Any, list[tuple[int, int, int]]]]]]]]) -> None:
+        self.layout = layout
+        self.out_layout = object()
+        self.groups = groups
+
 
 class PodResourceExporter(MetricExporter):
     """Sends each pod's (and each HPC job's) data points under a Resource naming it."""
@@ -116,31 +138,84 @@ class PodResourceExporter(MetricExporter):
         self._inner = inner
         self._node = node
         self._workloads = WorkloadResources(keys)
-        # The same series push after push: each one's attributes without the pod are made
-        # once. Bounded; only the exporting thread uses it.
-        self._stripped: dict[int, tuple[object, Key, dict[str, AttributeValue]]] = {}
+        self._splits = SeriesColumns()
+        """Each series' :data:`Split`, by series id: the same series push after push."""
+        self._plan: _Plan | None = None
 
     def export(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
     ) -> MetricExportResult:
         return self._inner.export(self.regroup(metrics_data), timeout_millis=timeout_millis)
 
-    def _split(self, attrs: Mapping[str, AttributeValue]
-               ) -> tuple[Key, dict[str, AttributeValue] | None]:
-        """The point's workload key, and its attributes without it (None: no workload)."""
-        known = self._stripped.get(id(attrs))
-        if known is not None and known[0] is attrs:
-            return known[1], known[2]
+    def _split(self, attrs: Mapping[str, AttributeValue]) -> Split:
         key = self._workloads.key(attrs)
         if not key:
             return (), None
-        stripped = self._workloads.strip(attrs)
-        if len(self._stripped) >= CACHE:
-            self._stripped.clear()
-        self._stripped[id(attrs)] = (attrs, key, stripped)  # holding attrs keeps its id
-        return key, stripped
+        return key, self._workloads.strip(attrs)
 
     def regroup(self, data: MetricsData) -> MetricsData:
+        """``data`` with each workload's points under its Resource, node first. A
+        collection with series ids is regrouped by a plan kept while its layout stays, and
+        keeps its ids (of the points' series, their attributes now without the workload)."""
+        if not isinstance(data, SeriesData) or data.table is None:
+            return self._regroup(data)
+        splits = self._splits.of(data)
+        plan = self._plan
+        if plan is None or plan.layout is not data.layout:
+            plan = self._plan = self._make_plan(data, splits)
+        metrics = list(flat_metrics(data))
+        out: list[ResourceMetrics] = []
+        ids: list[tuple[int, ...]] = []
+        for resource, schema_url, scopes in plan.groups:
+            scope_metrics = []
+            for scope, scope_schema, entries in scopes:
+                made = []
+                for first, places in entries:
+                    points = []
+                    for m, p, series in places:
+                        point = metrics[m].data.data_points[p]
+                        stripped = splits[series][1]
+                        points.append(point if stripped is None else number_point(
+                            stripped, point.start_time_unix_nano, point.time_unix_nano,
+                            point.value))
+                    made.append(_with_points(metrics[first], points))
+                    ids.append(tuple(series for _, _, series in places))
+                scope_metrics.append(ScopeMetrics(scope=scope, metrics=made,
+                                                  schema_url=scope_schema))
+            out.append(ResourceMetrics(resource, scope_metrics, schema_url))
+        return SeriesData(resource_metrics=out, ids=ids, layout=plan.out_layout,
+                          table=data.table)
+
+    def _make_plan(self, data: SeriesData, splits: list[Any]) -> _Plan:
+        groups_out: list[tuple[Any, Any, list[Any]]] = []
+        ids = iter(data.ids)
+        m = 0
+        for rm in data.resource_metrics:
+            # pod key -> (scope, schema) -> metric name -> (first metric's place, points)
+            groups: dict[Key, dict[Any, dict[str, tuple[int, list[tuple[int, int, int]]]]]] = {}
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    points: Sequence[Any] = metric.data.data_points
+                    for p, (point, series) in enumerate(zip(points, next(ids), strict=True)):
+                        split = splits[series]
+                        if split is None:
+                            split = splits[series] = self._split(
+                                point.attributes or _NO_ATTRIBUTES)
+                        scopes = groups.setdefault(split[0], {})
+                        by_name = scopes.setdefault((sm.scope, sm.schema_url), {})
+                        by_name.setdefault(metric.name, (m, []))[1].append((m, p, series))
+                    m += 1
+            for key, scopes in groups.items():
+                resource = self._workloads.resource(rm.resource, key)
+                groups_out.append((resource, rm.schema_url, [
+                    (scope, schema_url, list(by_name.values()))
+                    for (scope, schema_url), by_name in scopes.items()]))
+        # node first, then pods in a stable order
+        keys = self._workloads.keys
+        groups_out.sort(key=lambda g: tuple(str(g[0].attributes.get(k, "")) for k in keys))
+        return _Plan(data.layout, groups_out)
+
+    def _regroup(self, data: MetricsData) -> MetricsData:
         out: list[ResourceMetrics] = []
         for rm in data.resource_metrics:
             # pod key -> scope -> metric name -> (metric, points)
@@ -159,10 +234,8 @@ class PodResourceExporter(MetricExporter):
                 scope_metrics = [
                     ScopeMetrics(
                         scope=scope,
-                        metrics=[
-                            replace(metric, data=replace(metric.data, data_points=points))
-                            for metric, points in metrics.values()
-                        ],
+                        metrics=[_with_points(metric, points)
+                                 for metric, points in metrics.values()],
                         schema_url=schema_url,
                     )
                     for (scope, schema_url), metrics in scopes.items()
@@ -178,3 +251,18 @@ class PodResourceExporter(MetricExporter):
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
         self._inner.shutdown(timeout_millis=timeout_millis)
+
+
+def _with_points(metric: Any, points: list[Any]) -> Any:
+    """``metric`` with other points (what ``dataclasses.replace`` makes, without its
+    per-call field walk)."""
+    data = metric.data
+    if isinstance(data, Sum):
+        data = Sum(data_points=points, aggregation_temporality=data.aggregation_temporality,
+                   is_monotonic=data.is_monotonic)
+    elif isinstance(data, Gauge):
+        data = Gauge(data_points=points)
+    else:
+        data = replace(data, data_points=points)
+    return Metric(name=metric.name, description=metric.description, unit=metric.unit,
+                  data=data)

@@ -21,7 +21,7 @@ Key = tuple[AttributeValue | None, ...]
 
 
 class WorkloadResources:
-    """Each workload's Resource, made once per (base Resource, workload); bounded.
+    """Each workload's Resource, made once per workload of the base Resource; bounded.
 
     A point carrying a pod and a job (Slurm inside Kubernetes) goes under one
     Resource naming both. Used by one exporting thread at a time.
@@ -30,7 +30,10 @@ class WorkloadResources:
     def __init__(self, keys: Sequence[str] = WORKLOAD_ATTRIBUTES, *, cache: int = CACHE) -> None:
         self.keys = tuple(keys)
         self._cache = cache
-        self._resources: dict[tuple[int, Key], tuple[Resource, Resource]] = {}
+        self._base: Resource | None = None
+        self._resources: dict[Key, Resource] = {}
+        """The current base Resource's workload Resources (the node's: one base at a time;
+        another base starts the memory over)."""
 
     def key(self, attrs: Mapping[str, AttributeValue]) -> Key:
         """The workload the attributes name; ``()`` when they name none."""
@@ -45,12 +48,15 @@ class WorkloadResources:
         """``base`` plus the workload's attributes (``base`` itself for ``()``)."""
         if not key:
             return base
-        known = self._resources.get((id(base), key))
-        if known is not None and known[0] is base:
-            return known[1]
+        if base is not self._base:
+            self._base = base
+            self._resources = {}
+        known = self._resources.get(key)
+        if known is not None:
+            return known
         if len(self._resources) >= self._cache:
             self._resources.clear()
         named = {k: v for k, v in zip(self.keys, key, strict=True) if v is not None}
-        resource = Resource({**dict(base.attributes), **named}, base.schema_url)
-        self._resources[(id(base), key)] = (base, resource)  # holding base keeps its id
+        resource = self._resources[key] = Resource({**dict(base.attributes), **named},
+                                                   base.schema_url)
         return resource

@@ -276,3 +276,40 @@ def test_grpc_needs_the_client_key_in_its_own_file(pki):
                             client_certificate=str(pki.client_cert))
     with pytest.raises(OtlpSetupError, match=r"gRPC needs the client key in a file of its own"):
         validate(settings, {})
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_collections_with_series_ids_regroup_as_without_them(seed):
+    """A collection with series ids is regrouped by a plan kept while its layout stays
+    and by each series' workload kept by its id: push after push of a node whose pods
+    change, it is what the regrouping of the same points without ids is, and its ids
+    still name its points' series."""
+    from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+    from opentelemetry.sdk.metrics.export import MetricsData
+
+    from otel_gpu.export.otlp.encode import Encoder
+    from otel_gpu.instrument.series import SeriesData, flat_metrics
+    from tests.support.series_walk import series_walk
+
+    fast, slow = PodResourceExporter(RecordingExporter(), NODE), \
+        PodResourceExporter(RecordingExporter(), NODE)
+    encoder = Encoder()
+    planned = 0
+    last = None
+    for step, collected in enumerate(series_walk(seed, 60)):
+        if collected is None:
+            continue
+        mine = fast.regroup(collected)
+        expected = slow.regroup(MetricsData(collected.resource_metrics))
+        assert isinstance(mine, SeriesData) and not isinstance(expected, SeriesData)
+        wanted = encode_metrics(expected).SerializeToString(deterministic=True)
+        assert encode_metrics(mine).SerializeToString(deterministic=True) == wanted, step
+        assert encoder.encode(mine).SerializeToString(deterministic=True) == wanted, step
+        for metric, ids in zip(flat_metrics(mine), mine.ids, strict=True):
+            for point, series in zip(metric.data.data_points, ids, strict=True):
+                kept = collected.table.attributes[series]
+                assert dict(point.attributes) == {
+                    k: v for k, v in kept.items() if not k.startswith("k8s.")}
+        planned += last is not None and mine.layout is last.layout
+        last = mine
+    assert planned

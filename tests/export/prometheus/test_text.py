@@ -35,6 +35,7 @@ from otel_gpu.snapshot import FAILED, OK, Attribution, Device, DeviceSample, Pod
 from otel_gpu.workload import Holder, PodRef
 from testkit.exposition import new_reader, without_empty_labels
 from tests.support.metrics_data import CUMULATIVE, DELTA, data, gauge, point, total
+from tests.support.series_walk import series_walk
 from tests.support.snapshots import snapshot
 
 
@@ -370,50 +371,6 @@ def test_a_counter_is_stored_under_one_name_whatever_the_format(escaping):
 
 # --- collections with series ids: each series' text kept by its id ------------------------
 
-def _series_walk(seed: int, steps: int):
-    """A direct collection's collections while its instruments' series change at random:
-    attribute objects copied (the same series), pods set (new series), series dropped and
-    back, metrics silent, a gauge of the same family under another scope."""
-    import random
-    from types import SimpleNamespace
-
-    from otel_gpu.instrument.direct import DirectCollection
-    from otel_gpu.instrument.schema import Kind
-
-    rng = random.Random(seed)
-    sets = [{"hw.id": f"GPU-{i}", "odd": 'q"\\' if i == 2 else "", "n": i % 2 == 0}
-            for i in range(4)]
-    rows = {("hw.power", "otel_gpu"): (Kind.GAUGE, "W"), ("hw.energy", "otel_gpu"):
-            (Kind.COUNTER, "J"), ("extra", "otel_gpu"): (Kind.UPDOWNCOUNTER, "1"),
-            ("hw.power", "other"): (Kind.GAUGE, "W")}
-    live = {key: list(sets[:3]) for key in rows}
-    instruments = []
-    for key, (kind, unit) in rows.items():
-        scope = InstrumentationScope(key[1], "1")
-        instrument = SimpleNamespace(name=key[0], description="d", unit=unit,
-                                     instrumentation_scope=scope)
-        instruments.append((instrument, kind, lambda key=key: [
-            (float(rng.choice([0, 1, 2.5, 1e6])), attrs) for attrs in live[key]]))
-    collection = DirectCollection(Resource({"service.name": "s"}), instruments)
-    for _ in range(steps):
-        key = rng.choice(sorted(live))
-        series = live[key]
-        move = rng.randrange(7)
-        if move == 1 and series:
-            i = rng.randrange(len(series))
-            series[i] = dict(series[i])
-        elif move == 2 and series:
-            i = rng.randrange(len(series))
-            series[i] = {**series[i], "k8s.pod.name": f"pod-{rng.randrange(3)}"}
-        elif move == 3:
-            series.append(rng.choice(sets))
-        elif move == 4 and series:
-            series.pop(rng.randrange(len(series)))
-        elif move == 5:
-            live[key] = [] if series else list(sets)
-        yield collection.collect()
-
-
 @pytest.mark.parametrize("seed", range(4))
 def test_collections_with_series_ids_are_written_as_the_exporter_writes_them(seed):
     """The writer keeps each series' text by its id and reuses the last text while the
@@ -421,7 +378,7 @@ def test_collections_with_series_ids_are_written_as_the_exporter_writes_them(see
     writer = TextWriter()
     laid_out = 0
     last = None
-    for step, collected in enumerate(_series_walk(seed, 60)):
+    for step, collected in enumerate(series_walk(seed, 60)):
         assert writer.write(collected) == oracle(collected), (seed, step)
         laid_out += collected is not None and last is not None \
             and collected.layout is last.layout
@@ -433,7 +390,7 @@ def test_collections_with_series_ids_are_written_as_the_exporter_writes_them(see
                                    for om in (False, True) for e in ESCAPINGS])
 def test_every_style_written_from_kept_series_text_is_what_a_fresh_writer_writes(style):
     writer = TextWriter(style=style)
-    for step, collected in enumerate(_series_walk(5, 40)):
+    for step, collected in enumerate(series_walk(5, 40)):
         assert writer.write(collected) == TextWriter(style=style).write(collected), step
 
 
