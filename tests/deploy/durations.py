@@ -16,6 +16,8 @@ import json
 from fractions import Fraction
 from pathlib import Path
 
+from tests.deploy.schema_text import explained
+
 UNITS = {"ms": Fraction(1, 1000), "s": Fraction(1), "m": Fraction(60), "h": Fraction(3600)}
 ANY_FRACTION = r"(?:\.[0-9]+)?"
 
@@ -177,9 +179,10 @@ def definition(span: str) -> dict:
     it): a number of seconds within it, or a string whose unit's range patterns it
     matches. Helm's message for a bad one quotes the pattern of its own unit only."""
     low, high = (_seconds(part) for part in span.split(" to "))
-    return {
-        "description": f"a duration from {span}: seconds (a number), or a number and "
-                       "ms, s, m or h (500ms, 10s, 5m, 1h)",
+    allowed = (f"a duration from {span}: seconds (a number), or a number and ms, s, m or h "
+               "(500ms, 10s, 5m, 1h)")
+    return explained({
+        "description": allowed,
         "type": ["number", "string"],
         "minimum": low,
         "maximum": high,
@@ -188,7 +191,7 @@ def definition(span: str) -> dict:
                    "then": {"allOf": [{"pattern": at_least(low, unit)},
                                       {"pattern": at_most(high, unit)}]}}
                   for unit in UNITS],
-    }
+    }, allowed)
 
 
 def _seconds(text: str) -> float:
