@@ -61,8 +61,10 @@ def _families(accept: str, text: str) -> list:
 
 
 def _values(families) -> Counter:
-    """Every sample as (its label values, its value): what no escaping changes."""
-    return Counter((tuple(sorted(s.labels.values())), s.value)
+    """Every sample as (its label values, its value): what no escaping changes (the process
+    series' values are each scrape's own)."""
+    return Counter((tuple(sorted(s.labels.values())),
+                    None if s.name.startswith("process_") else s.value)
                    for f in families for s in f.samples)
 
 
@@ -200,8 +202,10 @@ def test_prometheus_stores_the_same_samples_from_openmetrics_as_from_text(h100, 
                 return Counter((tuple(sorted((k, v) for k, v in labels.items()
                                              if k not in ("job", "instance"))),
                                 # timings, and Prometheus's own count of series new at
-                                # the last scrape (each job's first scrape adds them all)
-                                value if not re.search(r"_seconds$|requests|^scrape_series_added$",
+                                # the last scrape (each job's first scrape adds them all),
+                                # and the process series, read at each scrape
+                                value if not re.search(r"_seconds$|requests|^scrape_series_added$"
+                                                       r"|^process_",
                                                        labels["__name__"])
                                 else None)
                                for labels, value in server.query(f'{{job="{job}"}}'))
