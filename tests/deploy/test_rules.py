@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import yaml
@@ -40,7 +41,24 @@ def test_every_alert_has_a_firing_and_a_quiet_case():
             for check in case.get("alert_rule_test", []):
                 (fires if check.get("exp_alerts") else quiet).add(check["alertname"])
     alerts = set(_alerts())
-    assert len(alerts) >= 14
+    assert len(alerts) >= 16
     assert alerts - fires == set(), "alerts no test sees firing"
     assert alerts - quiet == set(), "alerts no test sees quiet"
     assert (fires | quiet) <= alerts, "tests name alerts the rules do not have"
+
+
+def _rule(name: str) -> dict:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    (rule,) = [r for g in groups for r in g["rules"] if r.get("alert") == name]
+    return rule
+
+
+def test_the_idle_alert_waits_as_long_as_the_collectors_log_record():
+    """The alert and the collector's idle record (idle_threshold) speak of the same idle."""
+    from otel_gpu.config import load
+
+    expr = _rule("OtelGpuAllocationIdle")["expr"]
+    families = re.findall(r"nvidia_gpu_(k8s|container|hpc)_idle_duration_seconds", expr)
+    assert sorted(families) == ["container", "hpc", "k8s"]
+    thresholds = {float(t) for t in re.findall(r">= (\d+)", expr)}
+    assert thresholds == {load({}, environ={}).idle_threshold}, expr
