@@ -192,9 +192,10 @@ class Server:
     """One server process under test; its output is drained on a thread."""
 
     def __init__(self, argv: list[str], port_file: Path | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, cwd: Path = ROOT) -> None:
+        """``cwd``: the source tree it runs from (another checkout's collector)."""
         self.started = time.monotonic()
-        self.proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL,
+        self.proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      env=None if env is None else {**os.environ, **env})
         self.port: int | None = None
@@ -405,14 +406,15 @@ class Bench:
         return str(self.kubelets[node.name].socket_path)  # type: ignore[attr-defined]
 
     def start(self, kind: str, node: Node, interval: float,
-              env: dict[str, str] | None = None) -> tuple[Server, float]:
+              env: dict[str, str] | None = None, root: Path = ROOT) -> tuple[Server, float]:
+        """``root``: the source tree the collector runs from (``otel-gpu`` only)."""
         counts = self.workdir / f"{kind}-{node.name}-{time.monotonic_ns()}.counts"
         if kind == "otel-gpu":
             scenario = write_scenario(node, self.workdir)
             server = Server(peer.otel_gpu_command(counts, [
                 "--simulate", str(scenario), "--listen", "127.0.0.1:0",
                 "--interval", f"{interval:g}", "--kubelet-socket", self._socket(node),
-                "--kubelet-interval", "1s", "--log-level", "info"]), env=env)
+                "--kubelet-interval", "1s", "--log-level", "info"]), env=env, cwd=root)
             ready = server.wait_ready("/readyz")
             server.counts_port = peer.counts_port(counts, server.alive)
             if node.pods:  # every pod attributed before anything is measured
