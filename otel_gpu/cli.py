@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from otel_gpu import __version__
 from otel_gpu._log import configure as configure_logging
-from otel_gpu._memory import return_large_buffers
+from otel_gpu._memory import return_freed_memory
 from otel_gpu.config import CONFIG_ENV, OPTIONS, Config, Option, load, unknown_variables
 from otel_gpu.config.foreign import BY_FLAG
 from otel_gpu.errors import SetupError
@@ -226,7 +226,7 @@ def serve(config: Config) -> int:
     # catalog, the first snapshot): no cycle collection until the first sample is out,
     # then they are frozen out of every later collection's walk.
     gc.disable()
-    return_large_buffers()
+    return_freed_memory()
     from otel_gpu.wiring import Service
 
     logging.disable(logging.WARNING)  # what this pass would warn about, the service says once

@@ -8,18 +8,18 @@ import sys
 
 import pytest
 
-from otel_gpu._memory import return_large_buffers
+from otel_gpu._memory import return_freed_memory
 
 PROBE = """
 import sys
-from otel_gpu._memory import return_large_buffers
+from otel_gpu._memory import return_freed_memory
 
 def rss_kib():
     with open("/proc/self/status") as status:
         return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
 
 if sys.argv[1] == "set":
-    assert return_large_buffers()
+    assert return_freed_memory()
 body = bytearray(24 << 20)  # a large body, written and dropped: glibc raises its threshold
 body[::4096] = b"x" * len(body[::4096])
 del body
@@ -48,7 +48,7 @@ def _kept_kib(mode: str) -> int:
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc only")
 def test_buffers_freed_after_a_large_one_are_returned():
-    assert return_large_buffers()
+    assert return_freed_memory()
     kept = _kept_kib("set")
     assert kept < 4 << 10, f"{kept} KiB still resident after the buffers were freed"
 
