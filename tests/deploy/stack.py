@@ -6,7 +6,8 @@ case a query may meet: GPU 0 held whole by one pod (with exclusive CPUs on its
 NUMA node), GPU 1 time-sliced by two pods of one Deployment plus a replica,
 GPU 2 held by a pod running nothing, GPU 7 split into two MIG instances,
 each held by a pod, and GPUs 3-6 free (GPU 5 runs a process of no pod).
-Process usage is on, so the per-pod usage series exist too.
+Process usage is on, so the per-pod usage series exist too; a stand-in for
+kube-state-metrics gives each pod a team label (``kube_state.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from otel_gpu.sim import load_scenario
 from otel_gpu.sim.node import write_node
 from testkit.kubelet import FakeKubelet, container, devices, pod
 from testkit.process import CollectorProcess, serve_args
+from tests.deploy.kube_state import KubeStateMetrics, WithKubeState
 from tests.support.prometheus_server import PrometheusServer
 
 MIG_A = "MIG-0d7a51c5-1f0e-5b1e-9c36-7a0000000001"
@@ -104,6 +106,7 @@ class Stack:
         self.kubelet: FakeKubelet | None = None
         self.collector: CollectorProcess | None = None
         self.prometheus: PrometheusServer | None = None
+        self.kube_state: KubeStateMetrics | None = None
 
     def start(self) -> Stack:
         path = self.workdir / "scenario.yaml"
@@ -123,8 +126,9 @@ class Stack:
             "--sysfs-root", str(sysfs), interval="1",
         ))
         self.collector.wait_serving()
-        self.prometheus = PrometheusServer(
-            [f"127.0.0.1:{self.collector.port}"], binary=self.binary,
+        self.kube_state = KubeStateMetrics()
+        self.prometheus = WithKubeState(
+            [f"127.0.0.1:{self.collector.port}"], self.kube_state.target, binary=self.binary,
             workdir=self.workdir / "prometheus")
         self.prometheus.start()
         self.prometheus.wait_for_query("up == 1")
@@ -137,6 +141,8 @@ class Stack:
             self.collector.stop()
         if self.kubelet is not None:
             self.kubelet.close()
+        if self.kube_state is not None:
+            self.kube_state.close()
 
     def wait_for_data(self, promql: str, timeout: float = 40.0):
         """The query's result once it has at least one series (fails at the deadline)."""

@@ -113,3 +113,20 @@ def test_utilization_per_container_is_of_the_gpu_used_alone(docker_stack):
     # the shared GPU names no container on its own series
     assert [(labels["hw_id"], labels["container_name"]) for labels, _ in result] == [
         (ALONE, "trainer")]
+
+
+def test_the_showback_by_team_joins_every_pods_team(node_stack):
+    """The team query sums each team's pods, as kube-state-metrics labels them; by namespace
+    and by team, the same GPU-hours."""
+    from tests.deploy.kube_state import TEAMS
+
+    (expr,) = [e for _, e in QUERIES if "kube_pod_labels" in e]
+    result = node_stack.prometheus.wait_for_query(
+        expr, lambda r: {labels.get("label_team") for labels, _ in r} == set(TEAMS.values()),
+        timeout=40)
+    assert all(value > 0 for _, value in result), result
+    (by_namespace,) = [e for _, e in QUERIES if e.startswith(
+        "sum by (k8s_namespace_name) (increase(nvidia_gpu_k8s_time_allocated_seconds_total[30d]))")
+        and e.endswith("/ 3600")]
+    ((_, ratio),) = node_stack.wait_for_data(f"sum({expr}) / sum({by_namespace})")
+    assert ratio == pytest.approx(1.0), result
