@@ -318,14 +318,12 @@ def _row_key(row: AllocationRow) -> tuple[str, str, str, str, int, str]:
 
 @dataclass(frozen=True)
 class HolderTime:
-    """GPU time one workload held and kept busy on one device since the collector started.
+    """GPU time one workload held and kept busy on one device (:mod:`otel_gpu.attribute.gputime`).
 
-    In GPU-microseconds (one whole GPU for one microsecond is 1): ``allocated`` is the
-    time held, weighted by the holder's share of the GPU; ``active`` the part of it its
-    work kept the device busy (never more than ``allocated``). ``idle_s`` is how long
-    the allocation has been held without a process or without activity, now (0 while
-    busy; ``None`` while it cannot be told or the holder no longer holds the device).
-    See :mod:`otel_gpu.attribute.gputime`.
+    ``allocated``/``active``: GPU-microseconds held (times its share of the GPU) and kept busy
+    (at most ``allocated``). ``idle_s``: seconds held with no process or activity, now (0 while
+    busy; None if unknown or not held); ``idle``: the latest sample found it so. ``share``,
+    ``active_share``: of the GPU, held and kept busy in the latest sample (0, None if not held).
     """
 
     uuid: str
@@ -333,6 +331,9 @@ class HolderTime:
     allocated: int
     active: int
     idle_s: float | None = None
+    idle: bool | None = None
+    share: float = 0.0
+    active_share: float | None = None
 
 
 @dataclass(frozen=True)

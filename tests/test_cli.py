@@ -61,7 +61,8 @@ def test_check_lists_only_the_flags_it_uses(capsys):
         "listen", "health_listen", "interval", "node_name", "kubelet_interval",
         "kubelet_grace_period", "dcgm_hostname_label", "dcgm_shared_gpu_copies", "dcgm_devices",
         "dcgm_pod_label_style", "dcgm_names", "pod_identity", "otlp_compression", "otlp_timeout",
-        "otlp_interval", "otlp_temporality", "device_attributes", "prometheus_utf8_names"}
+        "otlp_interval", "otlp_temporality", "device_attributes", "prometheus_utf8_names",
+        "idle_threshold"}
     text = _help(capsys, "check")
     for flag in ("--listen", "--health-listen", "--interval", "--otlp-interval",
                  "--dcgm-devices", "--kubelet-grace-period"):
@@ -369,13 +370,14 @@ def test_check_json_says_what_the_text_says(capsys, monkeypatch):
     code, out = _check_output(capsys, "--format", "json")
     assert code == cli.EXIT_OK
     report = json.loads(out)  # one document, nothing else on stdout
-    assert set(report) == {"driver", "sample_seconds", "notes", "problems", "devices"}
+    assert set(report) == {"driver", "sample_seconds", "notes", "problems", "idle_allocations",
+                           "devices"}
     assert report["driver"] and report["sample_seconds"] >= 0
     mig = [d for d in report["devices"] if d["mig_profile"] == "3g.20gb"]
     assert mig and all(d["uuid"].startswith("MIG-") for d in mig)
     gpu = report["devices"][0]
-    assert {"index", "uuid", "name", "state", "held_by", "hpc_jobs", "error", "hung",
-            "values"} <= set(gpu)
+    assert {"index", "uuid", "name", "state", "held_by", "hpc_jobs", "gpu_time", "outside_use",
+            "error", "hung", "values"} <= set(gpu)
     (memory,) = [v for v in gpu["values"] if v["metric"] == "hw.gpu.memory.usage"]
     assert memory["unit"] == "By" and isinstance(memory["value"], int)
     _, text = _check_output(capsys)
@@ -384,7 +386,8 @@ def test_check_json_says_what_the_text_says(capsys, monkeypatch):
     assert f"  hw.gpu.memory.usage{' ' * 39} {memory['value']} By\n" in text
     values = sum(len(d["values"]) for d in report["devices"])
     assert values == sum(1 for line in text.splitlines() if line.startswith("  ")
-                         and not line.startswith(("  held by", "  used by", "  error:", "  hung:")))
+                         and not line.startswith(("  held by", "  used by", "  error:", "  hung:",
+                                                  "  time:")))
 
 
 def test_check_json_names_pods_jobs_notes_and_problems(monkeypatch, capsys):
@@ -399,7 +402,7 @@ def test_check_json_names_pods_jobs_notes_and_problems(monkeypatch, capsys):
         driver_version=None, duration=0.25, notes=("a note",), errors=("a problem",),
         devices=(SimpleNamespace(device=device, state="ok", error="lost", hung=None),),
         pods=SimpleNamespace(attribution=SimpleNamespace(holders=lambda uuid: (holder,))),
-        series_jobs=lambda uuid: (SimpleNamespace(job_id="1234"),))
+        series_jobs=lambda uuid: (SimpleNamespace(job_id="1234"),), gpu_time=None)
     report = check_report(snapshot)  # only what the report reads
     assert report["driver"] is None and report["notes"] == ["a note"]
     assert report["problems"] == ["a problem"]

@@ -131,6 +131,8 @@ class _Row:
     gone_since: float | None = None
     idle_since: float | None = None
     idle: bool | None = None
+    share: float = 0.0
+    active_share: float | None = None
 
 
 @dataclass
@@ -200,23 +202,25 @@ class GpuTimeLedger:
             delta = 0 if last is None else max(0, round((now - last) * _US))
             parts = instances.get(root)
             if not parts:
-                self._device(s, delta, shares[root], usage.get(root, ()), now)
+                self._device(s, delta, shares[root], usage.get(root, ()), now, 1.0)
                 continue
             total = gpu_slices(s.device.model, parts)
             weights = {p.device.uuid: float(compute_slices(p.device.mig_profile))
                        for p in parts}
             weights[root] = float(total) - sum(weights.values())
             split = apportion(delta, weights, root)
-            self._device(s, split.get(root, 0), {}, usage.get(root, ()), now)
+            self._device(s, split.get(root, 0), {}, usage.get(root, ()), now,
+                         weights[root] / total)
             for part in parts:
                 uuid = part.device.uuid
                 self._device(part, split.get(uuid, 0), shares[uuid], usage.get(uuid, ()),
-                             now)
+                             now, weights[uuid] / total)
 
     def _device(self, sample: DeviceSample, delta: int, held: Mapping[Workload, float],
-                usage: Sequence[PodUsage], now: float) -> None:
+                usage: Sequence[PodUsage], now: float, weight: float) -> None:
         """One device's part of the interval: each holder's, the rest, and what is used
-        outside any allocation."""
+        outside any allocation. ``weight``: the device's part of its GPU (a MIG instance's
+        slices over the GPU's), by which each holder's shares of it become shares of the GPU."""
         uuid = sample.device.uuid
         dev = self._devices.setdefault(uuid, _Device())
         dev.counted += delta
@@ -245,6 +249,8 @@ class GpuTimeLedger:
             active = 0 if fraction is None else min(allocated, round(delta * fraction))
             row.allocated += allocated
             row.active += active
+            row.share = weight * share
+            row.active_share = None if fraction is None else weight * min(share, fraction)
             row.idle = _idle(sample, holder, mine, delta, fraction, active)
             if row.idle is True and row.idle_since is None:
                 row.idle_since = now
@@ -262,6 +268,7 @@ class GpuTimeLedger:
             if row.gone_since is None:
                 row.gone_since = now
                 row.idle, row.idle_since = None, None
+                row.share, row.active_share = 0.0, None
             gone.append((row.gone_since, key))
         gone.sort(key=lambda g: g[0])
         extra = len(gone) - self.max_gone
@@ -283,7 +290,9 @@ class GpuTimeLedger:
             idle: float | None = None
             if (uuid, holder) in live and row.idle is not None:
                 idle = now - row.idle_since if row.idle_since is not None else 0.0
-            holders.append(HolderTime(uuid, holder, row.allocated, row.active, idle))
+            holders.append(HolderTime(uuid, holder, row.allocated, row.active, idle,
+                                      row.idle if (uuid, holder) in live else None,
+                                      row.share, row.active_share))
         devices = tuple(DeviceTime(uuid, d.unallocated, d.outside, d.counted, d.outside_now)
                         for uuid, d in sorted(self._devices.items()))
         return GpuTime(tuple(holders), devices, self.idle_threshold)

@@ -282,3 +282,35 @@ def test_the_stage_attaches_the_ledger_to_the_snapshot():
     stage = GpuTimeStage(GpuTimeLedger())
     snap = stage.process(make_snapshot(_gpu(10), seq=1))
     assert snap.gpu_time is not None and _device(snap.gpu_time).counted == 0
+
+
+def _now(result: GpuTime) -> dict[tuple[str, object], tuple[float, float | None, bool | None]]:
+    return {(h.uuid, h.holder): (round(h.share, 6), None if h.active_share is None
+                                 else round(h.active_share, 6), h.idle)
+            for h in result.holders}
+
+
+def test_each_holder_says_its_share_of_the_gpu_and_its_activity_from_its_first_sample():
+    """What ``check`` prints from its one sample: shares of the whole GPU, held and busy."""
+    ledger = GpuTimeLedger(pods=True)
+    usage = (PodUsage(GPU0, A, 1, sm=0.5), PodUsage(GPU0, B, 1, sm=0.1))
+    pods = _pods({**_held(GPU0, A, B, shared=True), **_held(MIG_A, C)}, usage,
+                 replicas={GPU0: 4})
+    devices = (_gpu(60, processes=(ProcessUsage(7), ProcessUsage(8))), _gpu(device=G1),
+               sample(MA, values={GPM_SM_ACTIVE.key: 70.0}), sample(MB))
+    first = _at(ledger, 0, *devices, pods=pods)
+    assert _now(first) == {(GPU0, A): (0.25, 0.25, False),  # 0.5 of the GPU, held 0.25
+                           (GPU0, B): (0.25, 0.1, False),
+                           (MIG_A, C): (round(3 / 7, 6), round(0.7 * 3 / 7, 6), None)}
+    gone = _at(ledger, 10, *devices, pods=_pods(_held(GPU0, A, shared=True), usage[:1],
+                                                 replicas={GPU0: 4}))
+    now = _now(gone)
+    assert now[(GPU0, B)] == now[(MIG_A, C)] == (0.0, None, None)  # no longer held
+    assert now[(GPU0, A)] == (0.25, 0.25, False)
+
+
+def test_an_idle_allocation_is_said_idle_in_its_first_sample():
+    ledger = GpuTimeLedger(pods=True)
+    pods = _pods(_held(GPU0, A), (PodUsage(GPU0, A, 0),))
+    (row,) = _at(ledger, 0, _gpu(0, processes=()), pods=pods).holders
+    assert (row.idle, row.idle_s, row.share, row.active_share) == (True, 0.0, 1.0, 0.0)
