@@ -2,9 +2,9 @@
 
 The collector runs with pod attribution on (the default) at 8 GPUs, twice per
 repetition, interleaved: with a kubelet socket path where nothing exists (gRPC
-is never imported), and with a regular file there (the watcher is built, so
-gRPC and the kubelet stubs are imported and it polls, as every start did
-before the import was deferred; it then reports the path as not a socket).
+is never imported), and with a fake kubelet serving there without pods (the
+client is built on the first look that finds the socket, so gRPC and the
+kubelet stubs are imported and it polls).
 
     python -m benchmarks.lazy_grpc [--reps 5]
 """
@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from benchmarks.run import Server, rss_mib, spread
+from testkit.kubelet import FakeKubelet
 from testkit.scenarios import NODES, write_scenario
 
 
@@ -40,13 +41,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         scenario = write_scenario(NODES["gpus-8"], Path(tmp))
-        absent, present = Path(tmp) / "absent.sock", Path(tmp) / "file.sock"
-        present.write_text("")
+        absent, present = Path(tmp) / "absent.sock", Path(tmp) / "kubelet.sock"
+        kubelet = FakeKubelet(str(present)).start()
         got: dict[str, list[tuple[float, float]]] = {"no socket": [], "gRPC imported": []}
-        for rep in range(args.reps):
-            order = [("no socket", absent), ("gRPC imported", present)]
-            for name, path in order if rep % 2 == 0 else order[::-1]:
-                got[name].append(measure(scenario, path))
+        try:
+            for rep in range(args.reps):
+                order = [("no socket", absent), ("gRPC imported", present)]
+                for name, path in order if rep % 2 == 0 else order[::-1]:
+                    got[name].append(measure(scenario, path))
+        finally:
+            kubelet.stop()
     print("| collector, 8 GPUs | time to ready (s) | RSS (MiB) |\n|---|---|---|")
     for name, rows in got.items():
         print(f"| {name} | {spread([r[0] for r in rows])} | {spread([r[1] for r in rows])} |")

@@ -100,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", type=node_list, default="gpus-8,gpus-64,gpus-256")
     parser.add_argument("--baseline", type=Path, help="another checkout's source tree")
+    parser.add_argument("--baseline-label", default="",
+                        help="what the baseline is, for the report (its commit and changes)")
     parser.add_argument("--windows", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=5.0, help="length of a window")
     parser.add_argument("--json", type=Path, help="write every window's figures here")
@@ -117,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"),
                                          "windows": args.windows, "seconds": args.seconds,
-                                         "baseline": str(args.baseline or ""),
+                                         "baseline_label": args.baseline_label,
                                          "results": results}, indent=1))
     return 0
 

@@ -2,7 +2,8 @@
 
     python -m benchmarks.report FILE    # the tables of a run written with --json FILE
 
-FILE is a run of ``benchmarks.run`` or of ``benchmarks.paired`` (every system at once).
+FILE is a run of ``benchmarks.run``, of ``benchmarks.paired`` or of ``benchmarks.memory``
+(every system at once).
 docs/performance.md's tables are this command's output for the JSON they name
 (benchmarks/tests/test_performance_doc.py holds them to it).
 """
@@ -126,8 +127,22 @@ def paired(run: dict) -> str:
             + paired_table(run["results"]))
 
 
+def memory(run: dict) -> str:
+    """What docs/performance.md carries of a ``benchmarks.memory`` run: its windows and
+    baseline, then each system's CPU per sample interval and RSS."""
+    from benchmarks.memory import table as memory_table  # it imports this module
+
+    return (f"Run of {run['date']}: every system at once, {run['windows']} windows of "
+            f"{run['seconds']:g} s, each scraped with gzip once per interval; "
+            f"`otel-gpu@base` is {run['baseline_label'] or 'absent'}.\n\n"
+            + memory_table(run["results"]))
+
+
 def render(run: dict) -> str:
-    """The report of either kind of run: side by side (``benchmarks.paired``) or the default."""
+    """The report of any kind of run: side by side (``benchmarks.paired``), memory side by
+    side (``benchmarks.memory``) or the default."""
+    if "baseline_label" in run:
+        return memory(run)
     return paired(run) if "windows" in run else document(run)
 
 
@@ -156,7 +171,7 @@ def targets(kinds: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("json", type=Path,
-                        help="a run written by benchmarks.run or benchmarks.paired --json")
+                        help="a run written by benchmarks.run, .paired or .memory --json")
     args = parser.parse_args(argv)
     print(render(json.loads(args.json.read_text())), end="")
     return 0

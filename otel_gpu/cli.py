@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import errno
 import gc
 import json
@@ -26,9 +25,7 @@ from otel_gpu import __version__
 from otel_gpu._log import configure as configure_logging
 from otel_gpu._memory import return_freed_memory
 from otel_gpu.config import CONFIG_ENV, OPTIONS, Config, Option, load, unknown_variables
-from otel_gpu.config.foreign import BY_FLAG
 from otel_gpu.errors import SetupError
-from otel_gpu.report import check_report, print_report
 
 if TYPE_CHECKING:
     from otel_gpu.sample.library import Nvml
@@ -311,6 +308,8 @@ def check(config: Config, fmt: str = "text") -> int:
         nvml = _open_nvml(config)
         starting.started()
     snapshot = sample_once(config, nvml)
+    from otel_gpu.report import check_report, print_report  # check's alone
+
     report = check_report(snapshot)
     if fmt == "json":
         print(json.dumps(report, indent=2))
@@ -339,6 +338,8 @@ def _did_you_mean(name: str, choices: Sequence[str], prefix: str = "") -> str:
     """`` (did you mean X?)`` for the closest choice, judged without the ``prefix`` all
     share (``--``: any two flags would look alike); empty when none is close."""
     tails = {choice.removeprefix(prefix): choice for choice in choices}
+    import difflib  # a mistyped flag's alone
+
     close = difflib.get_close_matches(name.removeprefix(prefix), sorted(tails), n=1)
     return f" (did you mean {tails[close[0]]}?)" if close else ""
 
@@ -373,6 +374,8 @@ def refuse_unknown_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -
             if not eq and any(flags[flag] for flag in taken):
                 next(tokens, None)
             continue
+        from otel_gpu.config.foreign import BY_FLAG  # a flag no exporter of ours takes
+
         foreign = BY_FLAG.get(name) or BY_FLAG.get("-" + name)  # Go flags take one dash too
         if foreign is not None:
             given = value if eq else None

@@ -1,4 +1,4 @@
-"""Large buffers go back to the system once freed (the start-up's malloc setting)."""
+"""The memory a running collector holds: freed buffers returned, tables loaded only when asked."""
 
 from __future__ import annotations
 
@@ -57,3 +57,27 @@ def test_buffers_freed_after_a_large_one_are_returned():
 def test_without_the_setting_they_stay_resident():
     """The probe can tell: glibc's own adaptive threshold keeps them."""
     assert _kept_kib("plain") > 8 << 10
+
+
+def test_a_start_without_other_exporters_options_leaves_their_tables_unloaded():
+    """The other exporters' flag and variable tables (1.2 MiB) and check's report are
+    loaded only when a foreign option or ``check`` asks for them."""
+    probe = ("import sys\n"
+             "from otel_gpu import cli\n"
+             "from otel_gpu.config import load\n"
+             "load({'interval': '5s'}, environ={'HOME': '/root', 'NOT_DCGM_EXPORTER_LISTEN': 'x'})\n"
+             "print(sorted(m for m in ('otel_gpu.config.foreign', 'otel_gpu.report')"
+             " if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_every_foreign_variable_passes_the_cheap_look_before_the_tables():
+    from otel_gpu.config.foreign import FOREIGN
+    from otel_gpu.config.loading import FOREIGN_PREFIX, refuse_foreign_variables
+
+    names = [name for row in FOREIGN for name in row.variables]
+    assert names and all(name.startswith(FOREIGN_PREFIX) for name in names)
+    with pytest.raises(Exception, match="DCGM_EXPORTER_LISTEN"):
+        refuse_foreign_variables({"DCGM_EXPORTER_LISTEN": ":9401"})

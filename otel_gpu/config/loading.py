@@ -8,9 +8,11 @@ from collections.abc import Mapping
 
 from otel_gpu._files import FileError, Unreadable, load_yaml_fields
 from otel_gpu.config import settings
-from otel_gpu.config.foreign import foreign_variables
 from otel_gpu.config.values import optional_text, show
 from otel_gpu.errors import SetupError
+
+FOREIGN_PREFIX = "DCGM_"
+"""What every variable :mod:`otel_gpu.config.foreign` answers starts with."""
 
 
 class ConfigError(SetupError):
@@ -61,6 +63,10 @@ def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
 def refuse_foreign_variables(environ: Mapping[str, str]) -> None:
     """dcgm-exporter's variables, answered as its flags are (:mod:`.foreign`): one line
     naming otel-gpu's variable for the first, and the names of the others."""
+    if not any(name.startswith(FOREIGN_PREFIX) for name in environ):
+        return  # the tables of other exporters' options are loaded only when one shows
+    from otel_gpu.config.foreign import foreign_variables
+
     lines = foreign_variables(environ)
     if lines:
         more = [line.split()[2] for line in lines[1:]]
