@@ -84,15 +84,19 @@ def measure(name: str, baseline: Path | None, windows: int, seconds: float) -> d
 
 def table(results: dict[str, dict[str, dict]]) -> str:
     """Markdown: per node and system, CPU per interval and RSS, median (min-max) over the
-    windows, and RSS over promclient's."""
-    lines = ["| node | system | CPU per sample interval (ms) | RSS (MiB) | peak RSS (MiB) | "
-             "RSS over promclient |", "|---|---|---|---|---|---|"]
+    windows, CPU over the collector's taken window by window, and RSS over promclient's."""
+    lines = ["| node | system | CPU per sample interval (ms) | CPU over otel-gpu's, per window "
+             "| RSS (MiB) | peak RSS (MiB) | RSS over promclient |",
+             "|---|---|---|---|---|---|---|"]
     for name, by_system in results.items():
         ref = statistics.median(by_system["promclient"]["rss_mib"])
+        own = by_system["otel-gpu"]["cpu_ms"]
         for system, got in by_system.items():
             rss = statistics.median(got["rss_mib"])
-            lines.append(f"| {name} | {system} | {spread(got['cpu_ms'])} | {spread(got['rss_mib'])}"
-                         f" | {got['peak_mib']:.1f} | {rss / ref:.2f} |")
+            ratios = [v / o for v, o in zip(got["cpu_ms"], own, strict=True) if o]
+            over = spread(ratios) if system != "otel-gpu" else "-"
+            lines.append(f"| {name} | {system} | {spread(got['cpu_ms'])} | {over} | "
+                         f"{spread(got['rss_mib'])} | {got['peak_mib']:.1f} | {rss / ref:.2f} |")
     return "\n".join(lines) + "\n"
 
 

@@ -86,9 +86,14 @@ def test_every_block_is_the_report_of_the_run_it_names() -> None:
             f"regenerate with: python -m benchmarks.report {block['path']}")
 
 
-def test_one_default_run_and_one_side_by_side_run() -> None:
-    kinds = sorted("default" if "meta" in run_of(b) else "paired" for b in blocks())
-    assert kinds == ["default", "paired"]
+def _kind(run: dict) -> str:
+    if "meta" in run:
+        return "default"
+    return "memory" if "baseline_label" in run else "paired"
+
+
+def test_one_default_run_one_side_by_side_run_and_one_memory_run() -> None:
+    assert sorted(_kind(run_of(b)) for b in blocks()) == ["default", "memory", "paired"]
 
 
 def test_the_run_covers_every_node_and_says_where_it_ran() -> None:
@@ -114,6 +119,9 @@ def test_the_block_fails_on_a_changed_figure() -> None:
         if "meta" in run:
             first = run["results"]["gpus-1"]["otel-gpu"][0]["paced"]
             first["cpu_per_interval_ms"] = first["cpu_per_interval_ms"] * 3 + 1
+        elif "baseline_label" in run:
+            rss = next(iter(run["results"].values()))["otel-gpu"]["rss_mib"]
+            rss[:] = [value * 3 + 1 for value in rss]
         else:
             windows = next(iter(run["results"].values()))["otel-gpu"]
             windows[:] = [value * 3 + 1 for value in windows]
