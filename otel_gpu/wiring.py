@@ -73,8 +73,9 @@ def open_nvml(simulate: str | None) -> Nvml:
 def simulated_node(config: Config) -> tuple[Config, RunningNode | None]:
     """Under ``--simulate``, a scenario with pods runs its node: the ``/proc`` and kubelet
     log trees in a temporary directory and a fake kubelet serving its pods there. The
-    collector is pointed at them (each path setting left at its default) with process usage
-    on, so the simulation shows pods, per-pod usage and energy per pod at once."""
+    collector is pointed at them (each path setting left at its default; ``idle_threshold``
+    too where the node names one, so an idle pod's record comes soon) with process usage on,
+    so the simulation shows pods, per-pod usage and energy per pod at once."""
     if not config.simulate or not config.pod_attribution:
         return config, None
     from otel_gpu import sim
@@ -86,14 +87,16 @@ def simulated_node(config: Config) -> tuple[Config, RunningNode | None]:
 
     node = run_node(scenario)
     default = Config()
-    paths = {"kubelet_socket": node.kubelet.socket_path,
-             "proc_root": str(node.paths.proc_root),
-             "pod_log_root": str(node.paths.pod_log_root),
-             "container_socket": node.runtime_socket}
-    changes = {key: value for key, value in paths.items()
+    settings: dict[str, object] = {"kubelet_socket": node.kubelet.socket_path,
+                                   "proc_root": str(node.paths.proc_root),
+                                   "pod_log_root": str(node.paths.pod_log_root),
+                                   "container_socket": node.runtime_socket}
+    if scenario.node.idle_threshold is not None:
+        settings["idle_threshold"] = scenario.node.idle_threshold
+    changes = {key: value for key, value in settings.items()
                if getattr(config, key) == getattr(default, key)}
     config = dataclasses.replace(config, process_usage=True)
-    config = dataclasses.replace(config, **changes)  # type: ignore[arg-type]  # all str
+    config = dataclasses.replace(config, **changes)  # type: ignore[arg-type]  # str, float
     log.info("simulating a node with %d pod(s): a kubelet on %s, processes under %s",
              len(scenario.node.pods), config.kubelet_socket, config.proc_root)
     return config, node

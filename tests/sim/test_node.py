@@ -109,6 +109,10 @@ def test_defaults_are_derived_and_stable(tmp_path):
      r"node\.containers\[0\]\.image: expected an image reference"),
     ("{pods: [{namespace: ml, name: a, containers: [{name: c, image: app}]}]}",
      r"containers\[0\]\.image: unknown key"),  # the kubelet names no image
+    ("{idle_threshold: 0s}", r"node\.idle_threshold: must be greater than 0, got '0s'$"),
+    ("{idle_threshold: 2d}", r"node\.idle_threshold: expected a duration like 10s"),
+    ("{idle_threshold: 25h}", r"node\.idle_threshold: must be from 100ms to 24h"),
+    ("{idle_threshold: null}", r"node\.idle_threshold: expected a duration"),
 ])
 def test_node_keys_are_checked(tmp_path, node, message):
     with pytest.raises(ScenarioError, match=message):
@@ -148,3 +152,26 @@ node:
         (ids["jupyter"], "jupyter", "quay.io/jupyter/base"),
         (ids["untagged"], "untagged", None)}  # an image id: no name; nerdctl's not Docker's
     assert not os.path.exists(node.runtime_socket)
+
+
+def test_a_nodes_idle_threshold_is_the_collectors_unless_it_is_set(tmp_path):
+    """A node's idle_threshold is the collector's while the setting is left at its default,
+    and only then."""
+    from dataclasses import replace
+
+    from otel_gpu.config import Config
+    from otel_gpu.wiring import simulated_node
+
+    path = write(tmp_path, """\
+devices: [{name: NVIDIA A10}]
+node:
+  idle_threshold: 45s
+  pods: [{namespace: ml, name: a, containers: [{name: c, devices: [0]}]}]
+""")
+    default = Config().idle_threshold
+    for given, expected in ((default, 45.0), (120.0, 120.0)):
+        config, node = simulated_node(replace(Config(), simulate=path, idle_threshold=given))
+        assert node is not None
+        node.close()
+        assert config.idle_threshold == expected
+    assert load_scenario(write(tmp_path, NODE, "shared.yaml")).node.idle_threshold is None

@@ -247,10 +247,8 @@ class Xid:
 
 @spec
 class Gpm:
-    """A device's GPM answers: metric id -> VALUE in NVML's unit, and its faults.
-
-    Its other keys are GPM metric names (``metrics``).
-    """
+    """A device's GPM answers: metric id -> VALUE in NVML's unit (its other keys are GPM
+    metric names), and its faults."""
 
     metrics: Mapping[int, Value] = field(default_factory=_empty)
     unsupported: bool = key("boolean", default=False)
@@ -482,6 +480,8 @@ class NodeSpec:
     driver: str = key(default="systemd")
     runtime: str = key(default="containerd")
     """The node's cgroup driver and runtime: its containers' unless they say otherwise."""
+    idle_threshold: float | None = key(default=None)
+    """Seconds: the collector's ``idle_threshold`` while it runs this node, unless set."""
 
 
 @spec

@@ -12,6 +12,7 @@ import re
 import uuid as uuidlib
 from typing import Any
 
+from otel_gpu.config.settings import IDLE_THRESHOLD
 from otel_gpu.sim.scenario._checks import UUID_NAMESPACE, Checks, show
 from otel_gpu.sim.scenario.model import (
     CGROUP_DRIVERS,
@@ -168,4 +169,16 @@ class NodeChecks(Checks):
         outside = [container(f"{path}.containers[{j}]", c, ("outside",), f"{scenario}/")
                    for j, c in enumerate(self.sequence(f"{path}.containers",
                                                        raw.get("containers", [])))]
-        return NodeSpec(tuple(pods), host, containers=tuple(outside), **layout)
+        return NodeSpec(tuple(pods), host, containers=tuple(outside),
+                        idle_threshold=(self.idle_threshold(f"{path}.idle_threshold",
+                                                            raw["idle_threshold"])
+                                        if "idle_threshold" in raw else None),
+                        **layout)
+
+    def idle_threshold(self, path: str, raw: Any) -> float:
+        """A duration as the ``idle_threshold`` setting takes it (``30s``, ``2m``, seconds),
+        in the setting's range."""
+        try:
+            return IDLE_THRESHOLD(raw)
+        except ValueError as exc:
+            self.fail(path, str(exc))
