@@ -1,7 +1,8 @@
 """The README's demo against what the README promises: the real `otel-gpu --simulate demo`
 process, scraped by a real Prometheus, answers every Grafana panel's query (but those
-docs/scenarios.md names as needing what the demo lacks), profiles its H100s with GPM, names
-the container outside Kubernetes, and starts without a long list of refused readings."""
+docs/scenarios.md names as needing what the demo lacks), shows its idle allocation and its
+use outside any allocation in the GPU time row, profiles its H100s with GPM, names the
+container outside Kubernetes, and starts without a long list of refused readings."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import re
 
 import pytest
 
+from otel_gpu.sim import load_scenario
 from testkit.exposition import series
 from testkit.process import ROOT, CollectorProcess, wait_until
 from tests.deploy.helpers import DEPLOY
@@ -74,11 +76,30 @@ def test_every_panel_but_the_named_ones_has_data_against_the_demo(demo):
         assert title in docs, title
 
 
+def _panel(title: str) -> str:
+    (expr,) = [expr for t, expr in QUERIES if t == title]
+    return grafana_to_promql(expr)
+
+
+def test_the_gpu_time_row_shows_the_idle_pod_and_the_host_process(demo):
+    """Only the pod holding GPU 4 with nothing on it is an idle allocation, within the first
+    minute; GPU 3, held by the container outside Kubernetes, is used by a host process."""
+    _, server = demo
+    gpus = load_scenario("demo").devices
+    idle = server.wait_for_query(_panel("Idle allocations now"), timeout=40.0)
+    assert [(lab["hw_id"], lab["k8s_namespace_name"], lab["k8s_pod_name"],
+             lab["k8s_container_name"]) for lab, _ in idle] == [
+        (gpus[4].uuid, "research", "notebook-carol", "notebook")]
+    outside = server.wait_for_query(_panel("Used outside any allocation now"))
+    assert [(lab["hw_id"], lab["nvidia_gpu_outside_kind"], value)
+            for lab, value in outside] == [(gpus[3].uuid, "host", 1.0)]
+
+
 def test_the_demo_profiles_its_h100s_and_names_its_container(demo):
     proc, _ = demo
     text = proc.metrics()
     gpus = {lab["hw_id"] for lab, _ in series(text, "nvidia_gpu_sm_activity")}
-    assert len([g for g in gpus if g.startswith("GPU-")]) == 4, gpus  # every H100
+    assert len([g for g in gpus if g.startswith("GPU-")]) == 5, gpus  # every H100
     assert len([g for g in gpus if g.startswith("MIG-")]) == 2, gpus  # and GPU 2's instances
     (jupyter,) = {(lab["container_name"], lab["container_image_name"], lab["nvidia_gpu_index"])
                   for lab, _ in series(text, "hw_gpu_memory_usage_bytes")

@@ -51,12 +51,13 @@ def test_the_demo_node_serves_whole_time_sliced_and_mig_devices():
     assert held[("ml", "train-llama-0")] == [gpus[0].uuid]
     assert held[("research", "notebook-alice")] == [f"{gpus[1].uuid}::0"]
     assert held[("ml", "serve-embed-0")] == [gpus[2].mig[0].uuid]
+    assert held[("research", "notebook-carol")] == [gpus[4].uuid] and not gpus[4].processes
     (device,) = pods[("ml", "serve-embed-0")].containers[0].devices
     assert device.resource == "nvidia.com/mig-3g.40gb" and device.numa == (1,)
     assert [c.name for c in scenario.node.containers] == ["jupyter"]
     ids = [i for d in scenario_allocatable(scenario.node, gpus) for i in d.ids]
     assert ids == [gpus[0].uuid, *(f"{gpus[1].uuid}::{r}" for r in range(3)),
-                   gpus[2].mig[0].uuid, gpus[2].mig[1].uuid, gpus[3].uuid]
+                   gpus[2].mig[0].uuid, gpus[2].mig[1].uuid, gpus[3].uuid, gpus[4].uuid]
 
 
 @pytest.mark.parametrize(("devices", "message"), [

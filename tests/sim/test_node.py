@@ -155,13 +155,14 @@ node:
 
 
 def test_a_nodes_idle_threshold_is_the_collectors_unless_it_is_set(tmp_path):
-    """A node's idle_threshold is the collector's while the setting is left at its default,
-    and only then."""
+    """The demo's idle pod is reported within a minute: its node's 30 s is the collector's
+    idle_threshold while the setting is left at its default, and only then."""
     from dataclasses import replace
 
     from otel_gpu.config import Config
     from otel_gpu.wiring import simulated_node
 
+    assert load_scenario("demo").node.idle_threshold == 30.0
     path = write(tmp_path, """\
 devices: [{name: NVIDIA A10}]
 node:
