@@ -25,7 +25,11 @@ active
     activity times its share). Never more than allocated.
 unallocated, outside
     Per device: the time no holder held it, and the time processes no holder
-    accounts for kept it busy (all its activity where nobody holds it).
+    accounts for kept it busy: their own SM shares where it is held; all its
+    activity where nobody holds it and a process runs there (or its processes
+    are not read). A GPU in MIG mode is busy with its instances' work, so only
+    processes it lists outside them count there: its free slices are
+    unallocated, not used outside any allocation.
 
 The interval between two samples of a GPU is accounted by the later sample's
 holders and readings, as the energy ledger does
@@ -36,7 +40,8 @@ from NVML's list) counts no time until it is back; a lost or hung GPU in it
 counts allocated time but no activity. A holder that stops holding keeps its
 row, at its final totals, for :data:`RETAIN_S` seconds (at most
 :data:`MAX_GONE` rows), and continues from them if it comes back; a sample's
-re-publication (new pods) counts nothing again but gives new holders rows at 0.
+re-publication (new pods) counts nothing again but gives new holders rows at 0,
+judged idle or not in it (their allocated time starts at that sample too).
 So per device the holders' allocated time plus its unallocated time is the
 device time counted, and active never exceeds allocated.
 
@@ -134,6 +139,15 @@ class _Row:
     share: float = 0.0
     active_share: float | None = None
 
+    def set_idle(self, idle: bool | None, now: float) -> None:
+        """The holder's idle state at ``now``: an idle stretch runs on while it cannot be
+        told (None)."""
+        self.idle = idle
+        if idle is True and self.idle_since is None:
+            self.idle_since = now
+        elif idle is False:
+            self.idle_since = None
+
 
 @dataclass
 class _Device:
@@ -176,6 +190,8 @@ class GpuTimeLedger:
             self._seq = snapshot.seq
             self._count(snapshot, shares, now)
             self._release(live, {s.device.uuid for s in snapshot.devices}, now)
+        else:
+            self._judge(snapshot, shares, now)
         self._result = self._publish(live, now)
         return self._result
 
@@ -210,17 +226,19 @@ class GpuTimeLedger:
             weights[root] = float(total) - sum(weights.values())
             split = apportion(delta, weights, root)
             self._device(s, split.get(root, 0), {}, usage.get(root, ()), now,
-                         weights[root] / total)
+                         weights[root] / total, instances=True)
             for part in parts:
                 uuid = part.device.uuid
                 self._device(part, split.get(uuid, 0), shares[uuid], usage.get(uuid, ()),
                              now, weights[uuid] / total)
 
     def _device(self, sample: DeviceSample, delta: int, held: Mapping[Workload, float],
-                usage: Sequence[PodUsage], now: float, weight: float) -> None:
+                usage: Sequence[PodUsage], now: float, weight: float, *,
+                instances: bool = False) -> None:
         """One device's part of the interval: each holder's, the rest, and what is used
         outside any allocation. ``weight``: the device's part of its GPU (a MIG instance's
-        slices over the GPU's), by which each holder's shares of it become shares of the GPU."""
+        slices over the GPU's), by which each holder's shares of it become shares of the GPU.
+        ``instances``: a GPU in MIG mode, whose activity is its instances' work."""
         uuid = sample.device.uuid
         dev = self._devices.setdefault(uuid, _Device())
         dev.counted += delta
@@ -230,10 +248,7 @@ class GpuTimeLedger:
         busy = activity(sample)
         outside = _outside_rows(usage, held)
         dev.outside_now = _outside_kinds(sample, held, usage, outside)
-        if not held:
-            dev.outside += round(delta * busy) if busy is not None else 0
-        else:
-            dev.outside += min(delta, round(delta * sum(r.sm or 0.0 for r in outside)))
+        dev.outside += _outside_time(sample, delta, None if instances else busy, held, outside)
         alone = len(held) == 1 and not outside and sum(held.values()) >= 1.0
         for holder, share in held.items():
             row = self._rows[(uuid, holder)]
@@ -251,11 +266,21 @@ class GpuTimeLedger:
             row.active += active
             row.share = weight * share
             row.active_share = None if fraction is None else weight * min(share, fraction)
-            row.idle = _idle(sample, holder, mine, delta, fraction, active)
-            if row.idle is True and row.idle_since is None:
-                row.idle_since = now
-            elif row.idle is False:
-                row.idle_since = None
+            row.set_idle(_idle(sample, holder, mine, delta, fraction, active), now)
+
+    def _judge(self, snapshot: Snapshot, shares: Mapping[str, Mapping[Workload, float]],
+               now: float) -> None:
+        """A re-publication's holders not judged yet (the kubelet's answer came after the
+        sample): idle or not in this sample, as a holder in its first sample is, since
+        their allocated time starts here too. Nothing is counted."""
+        usage = _usage_by_device(snapshot)
+        for s in snapshot.devices:
+            uuid = s.device.uuid
+            for holder in shares[uuid]:
+                row = self._rows[(uuid, holder)]
+                if row.idle is None:
+                    mine = [r for r in usage.get(uuid, ()) if r.pod == holder]
+                    row.set_idle(_idle(s, holder, mine, 0, None, 0), now)
 
     # --- bounds -------------------------------------------------------------------------
 
@@ -330,10 +355,23 @@ def _usage_by_device(snapshot: Snapshot) -> dict[str, list[PodUsage]]:
 def _outside_rows(usage: Sequence[PodUsage], held: Mapping[Workload, float]
                   ) -> list[PodUsage]:
     """The usage rows of processes no holder of the device accounts for."""
-    if not held or all(isinstance(h, JobRef) for h in held):
+    if held and all(isinstance(h, JobRef) for h in held):
         # Jobs have no usage rows: only processes in no pod or container are outside.
-        return [r for r in usage if r.processes and r.pod is None and held]
+        return [r for r in usage if r.processes and r.pod is None]
     return [r for r in usage if r.processes and r.pod not in held]
+
+
+def _outside_time(sample: DeviceSample, delta: int, busy: float | None,
+                  held: Mapping[Workload, float], outside: Sequence[PodUsage]) -> int:
+    """The part of ``delta`` processes no holder accounts for kept the device busy.
+
+    Where it is held, or its activity is not its own (``busy`` None: a GPU in MIG mode,
+    busy with its instances' work), only those processes' own SM shares count: capacity
+    nobody holds is unallocated, not used. On a device nobody holds, all its activity
+    while a process runs there, or while its processes are not read."""
+    if held or busy is None:
+        return min(delta, round(delta * sum(r.sm or 0.0 for r in outside)))
+    return 0 if sample.processes == () else round(delta * busy)
 
 
 def _outside_kinds(sample: DeviceSample, held: Mapping[Workload, float],

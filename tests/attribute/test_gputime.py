@@ -26,7 +26,16 @@ from otel_gpu.snapshot import (
     ProcessUsage,
 )
 from otel_gpu.workload import ContainerRef, Holder, JobRef, PodRef
-from tests.support.snapshots import GPU0, GPU1, MIG_A, MIG_B, gpu_device, mig_device, sample
+from tests.support.snapshots import (
+    GPU0,
+    GPU1,
+    MIG_A,
+    MIG_B,
+    MIG_C,
+    gpu_device,
+    mig_device,
+    sample,
+)
 from tests.support.snapshots import snapshot as make_snapshot
 
 A = PodRef("train-a", "ml", "main")
@@ -240,6 +249,17 @@ def test_a_pod_holding_a_gpu_with_no_process_is_idle_until_one_runs():
     assert result.idle_threshold_s == 30.0
 
 
+def test_a_holder_the_kubelet_names_after_the_sample_is_idle_from_that_sample_as_held():
+    """At start-up the kubelet's answer re-publishes the first sample: its holders are
+    judged in it, so idle time starts where their allocated time does, not a sample later."""
+    ledger = GpuTimeLedger(pods=True)
+    _at(ledger, 0, _gpu(0, processes=()), pods=_pods())
+    (row,) = _at(ledger, 0, _gpu(0, processes=()), pods=_pods(_held(GPU0, A)), seq=0).holders
+    assert (row.idle, row.idle_s) == (True, 0.0)
+    (row,) = _at(ledger, 10, _gpu(0, processes=()), pods=_pods(_held(GPU0, A))).holders
+    assert (row.allocated, row.idle_s) == (10 * S, 10.0)
+
+
 def test_a_docker_container_whose_process_does_nothing_is_idle():
     ledger = GpuTimeLedger()
     box = ContainerRef("a" * 64, "trainer")
@@ -276,6 +296,54 @@ def test_use_outside_any_allocation_is_told_apart():
     assert _device(again).outside == 5 * S + 5 * S  # B's 0.3 and the host's 0.2
     mine = _pods(_held(GPU0, A), (PodUsage(GPU0, A, 1, sm=0.5),))
     assert _device(_at(ledger, 30, _gpu(50, processes=procs), pods=mine)).outside_now == ()
+
+
+def test_a_mig_gpus_spare_slice_is_unallocated_not_used_outside_while_its_instances_work():
+    """The GPU's own activity is its instances': held and busy, it is their holders' time,
+    and the slice no instance takes is capacity nobody held (the demo's GPU 2)."""
+    mc = mig_device(MIG_C, G1, gi=2, profile="3g.20gb")
+    pods = _pods({**_held(MIG_A, A), **_held(MIG_C, B)},
+                 (PodUsage(MIG_A, A, 1), PodUsage(MIG_C, B, 1)))
+    for procs in ((ProcessUsage(7),), None):  # the processes read, or not
+        ledger = GpuTimeLedger(pods=True)
+        devices = (_gpu(device=G1, gpm=55, processes=None if procs is None else ()),
+                   sample(MA, values={GPM_SM_ACTIVE.key: 80.0}, processes=procs),
+                   sample(mc, values={GPM_SM_ACTIVE.key: 30.0}, processes=procs))
+        _at(ledger, 0, *devices, pods=pods)
+        result = _at(ledger, 70, *devices, pods=pods)
+        root = _device(result, GPU1)
+        assert (root.outside, root.outside_now) == (0, ())
+        assert root.unallocated == 10 * S  # the spare slice: 1/7 of 70 s
+        assert _device(result, MIG_A).outside == _device(result, MIG_C).outside == 0
+        assert _holders(result) == {(MIG_A, A): (30 * S, 24 * S), (MIG_C, B): (30 * S, 9 * S)}
+
+
+def test_a_gpu_nobody_holds_is_used_outside_only_while_a_process_runs_there():
+    ledger = GpuTimeLedger(pods=True)
+    _at(ledger, 0, _gpu(40, processes=()), pods=_pods())
+    idle = _at(ledger, 10, _gpu(40, processes=()), pods=_pods())  # busy, but no process
+    assert (_device(idle).outside, _device(idle).unallocated) == (0, 10 * S)
+    used = _at(ledger, 20, _gpu(40, processes=(ProcessUsage(7),)),
+               pods=_pods(usage=(PodUsage(GPU0, None, 1),)))
+    assert _device(used).outside == 4 * S
+    unread = _at(ledger, 30, _gpu(40), pods=_pods())  # processes not read: its activity
+    assert _device(unread).outside == 8 * S
+
+
+def test_a_time_sliced_gpus_replicas_nobody_holds_are_unallocated_not_used_outside():
+    ledger = GpuTimeLedger(pods=True)
+    usage = (PodUsage(GPU0, A, 1, sm=0.6),)
+    pods = _pods(_held(GPU0, A, shared=True), usage, replicas={GPU0: 4})
+    procs = (ProcessUsage(7, sm=0.6),)
+    _at(ledger, 0, _gpu(60, processes=procs), pods=pods)
+    result = _at(ledger, 10, _gpu(60, processes=procs), pods=pods)
+    assert (_device(result).outside, _device(result).outside_now) == (0, ())
+    assert _device(result).unallocated == int(7.5 * S)
+    host = _pods(_held(GPU0, A, shared=True), (*usage, PodUsage(GPU0, None, 1, sm=0.2)),
+                 replicas={GPU0: 4})
+    result = _at(ledger, 20, _gpu(80, processes=(*procs, ProcessUsage(8, sm=0.2))), pods=host)
+    assert (_device(result).outside, _device(result).outside_now) == (2 * S, (HOST,))
+    assert _device(result).unallocated == 15 * S
 
 
 def test_the_stage_attaches_the_ledger_to_the_snapshot():
