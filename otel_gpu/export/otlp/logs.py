@@ -38,6 +38,7 @@ from otel_gpu._sdk import (
     log_exporter_class,
 )
 from otel_gpu.export.events.records import ERROR, FATAL, INFO, WARN, Event
+from otel_gpu.export.otlp.ports import wrong_port
 from otel_gpu.export.otlp.resources import Key, WorkloadResources
 from otel_gpu.export.otlp.transport import (
     GRPC,
@@ -86,6 +87,11 @@ def build_exporter(settings: OtlpSettings, environ: Mapping[str, str]) -> LogRec
     """The SDK's OTLP log exporter for the metrics' transport; a bad setting raises
     :class:`~otel_gpu.export.otlp.transport.OtlpSetupError` naming it."""
     transport = resolve(settings, environ, LOGS)
+    url = (transport.endpoint or environ.get("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT")
+           or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))  # what the SDK's exporter reads
+    hint = wrong_port(transport.protocol, url, "logs")
+    if hint is not None:
+        log.warning("OTLP logs: %s", hint)
     try:
         return _sdk_exporter(transport)
     except Exception as exc:  # noqa: BLE001 - the SDK reads OTEL_* variables here, may refuse

@@ -37,6 +37,26 @@ def _port(url: str) -> int | None:
         return None
 
 
+def _line(protocol: str, port: int | None, signal: str) -> str:
+    if protocol == GRPC:
+        at = "an OTLP/HTTP port (4318)" if port == HTTP_PORT else "an OTLP/HTTP endpoint"
+        return (f"gRPC sent to {at}: send gRPC to port {GRPC_PORT}, or set otlp_protocol "
+                "(OTEL_EXPORTER_OTLP_PROTOCOL) to http/protobuf")
+    at = "an OTLP/gRPC port (4317)" if port == GRPC_PORT else "an OTLP/gRPC endpoint"
+    return (f"OTLP/HTTP sent to {at}: send it to port {HTTP_PORT} (path /v1/{signal}), or "
+            "set otlp_protocol (OTEL_EXPORTER_OTLP_PROTOCOL) to grpc")
+
+
+def wrong_port(protocol: str, url: str | None, signal: str) -> str | None:
+    """The line for an endpoint on OTLP's default port of the other protocol (said at
+    start-up where no answer of ours can prove it: the logs go through the SDK's
+    exporter, whose failures it words itself); None when it is not."""
+    port = _port(url) if url else None
+    if port != (HTTP_PORT if protocol == GRPC else GRPC_PORT):
+        return None
+    return _line(protocol, port, signal)
+
+
 def mismatch(protocol: str, url: str, reason: str) -> Mismatch | None:
     """The failed send's reason when ``protocol`` met the other one at ``url`` (the raw
     answer kept in brackets); None when nothing points to it."""
@@ -45,15 +65,9 @@ def mismatch(protocol: str, url: str, reason: str) -> Mismatch | None:
         proved = any(words in reason for words in _HTTP1_ANSWER)
         if not proved and port != HTTP_PORT:
             return None
-        at = "an OTLP/HTTP port (4318)" if port == HTTP_PORT else "an OTLP/HTTP endpoint"
-        line = (f"gRPC sent to {at}: send gRPC to port {GRPC_PORT}, or set otlp_protocol "
-                "(OTEL_EXPORTER_OTLP_PROTOCOL) to http/protobuf")
     else:
         proved = _HTTP2_ANSWER in reason
         if not proved and port != GRPC_PORT:
             return None
-        at = "an OTLP/gRPC port (4317)" if port == GRPC_PORT else "an OTLP/gRPC endpoint"
-        line = (f"OTLP/HTTP sent to {at}: send it to port {HTTP_PORT} (path /v1/metrics), or "
-                "set otlp_protocol (OTEL_EXPORTER_OTLP_PROTOCOL) to grpc")
     got = "an HTTP/2 frame for a status line" if _HTTP2_ANSWER in reason else reason[:300]
-    return Mismatch(f"{line} (got {got})", proved)
+    return Mismatch(f"{_line(protocol, port, 'metrics')} (got {got})", proved)

@@ -174,3 +174,26 @@ def test_shutdown_sends_what_is_queued_at_once():
         assert log.shutdown(10.0)
         (row,) = receiver.wait_for_logs(timeout=1.0)
     assert row.attributes["hw.id"] == "GPU-0"
+
+
+@pytest.mark.parametrize(("settings", "environ", "says"), [
+    (OtlpSettings(endpoint="http://c:4318", protocol="grpc"), {}, "gRPC sent to an OTLP/HTTP "
+     "port (4318): send gRPC to port 4317"),
+    (OtlpSettings(protocol="http/protobuf"), {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317"},
+     "OTLP/HTTP sent to an OTLP/gRPC port (4317): send it to port 4318 (path /v1/logs)"),
+    (OtlpSettings(protocol="http/protobuf"),
+     {"OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": "http://c:4317/v1/logs"}, "(path /v1/logs)"),
+])
+def test_logs_sent_to_the_other_protocols_port_are_named_at_start(settings, environ, says,
+                                                                     caplog):
+    """The logs leave through the SDK's exporter, whose failure on the wrong port is a
+    raw transport error: the mismatch is one line at start-up."""
+    build_exporter(settings, environ)
+    assert [r.getMessage() for r in caplog.records if "OTLP logs" in r.getMessage()] \
+        and says in caplog.text
+
+
+def test_logs_on_their_own_protocols_port_get_no_such_line(caplog):
+    build_exporter(OtlpSettings(endpoint="http://c:4318", protocol="http/protobuf"), {})
+    build_exporter(OtlpSettings(endpoint="c:4317", protocol="grpc"), {})
+    assert "OTLP logs" not in caplog.text
