@@ -111,12 +111,13 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric(
         "nvidia.gpu.time.outside", Kind.COUNTER, "s",
-        "GPU-seconds processes no holder accounts for kept a device busy (all its activity "
-        "while nobody holds it).",
+        "GPU-seconds processes no holder accounts for kept a device busy (on a device "
+        "nobody holds, all its activity while a process runs there).",
         per_node=_devices(lambda d: d.outside / _US),
         attributes=(HW_ID,),
-        source_doc="collector (GPU time ledger): the device's activity while unheld, else "
-        "the per-process smUtil of processes in no holder",
+        source_doc="collector (GPU time ledger): the device's activity while unheld and a "
+        "process runs there or processes are not read (none from a GPU in MIG mode: its "
+        "activity is its instances'), else the per-process smUtil of processes in no holder",
     ),
     Metric(
         "nvidia.gpu.outside.use", Kind.GAUGE, "1",
