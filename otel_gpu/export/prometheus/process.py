@@ -6,24 +6,22 @@ descriptors and start time under these names; an operator's standard alerts
 on exporters read them. They are read from ``/proc``
 (:class:`~otel_gpu.instrument.process.ProcessReader`) at each scrape, whatever
 the naming profiles, and written before the rendered body in the format and
-escaping the scrape negotiated; the body itself stays the one rendered per
-publication.
+escaping the scrape negotiated, at the body's end (before OpenMetrics'
+``# EOF``); the body itself stays the one rendered per publication.
 
-The gzipped answer is the rendered body's own compression, with these few
-lines compressed and flushed in front of it into one gzip member: the body
-is not compressed again, only its CRC is extended (about 0.5 ms per MB).
+The gzipped answer is the rendered body's own compression, kept open before
+its tail (:class:`~otel_gpu.export.prometheus.opengzip.OpenGzip`): a scrape
+compresses these few lines and the tail alone, whatever the body's size. The
+plain answer is put together only for a scraper that asks for it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
-import struct
-import zlib
 from collections.abc import Callable
 from typing import Any
 
-from otel_gpu.export.prometheus.cache import GZIP_LEVEL, CachedBody, RenderCache
+from otel_gpu.export.prometheus.cache import EOF, GZIP_LEVEL, CachedBody, RenderCache
 from otel_gpu.export.prometheus.formats import OPENMETRICS, UNDERSCORES, Style, escape_name
 from otel_gpu.instrument.process import READER, ProcessReader, ProcessStats
 
@@ -83,31 +81,42 @@ def style_of(content_type: str) -> Style:
     return Style(media == OPENMETRICS, escaping or UNDERSCORES)
 
 
-def gzip_before(head: bytes, body: bytes, gzipped: bytes) -> bytes:
-    """One gzip member of ``head + body``, from ``gzipped`` (``body``'s): ``head``
-    compressed and flushed to a byte boundary, then ``gzipped``'s deflate data as it is, and
-    the trailer for the whole. ``gzipped`` with a header other than the plain 10 bytes
-    (a name, a comment) is compressed afresh."""
-    if len(gzipped) < 18 or gzipped[:4] != b"\x1f\x8b\x08\x00":
-        return gzip.compress(head + body, GZIP_LEVEL)
-    deflate = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
-    flushed = deflate.compress(head) + deflate.flush(zlib.Z_SYNC_FLUSH)
-    crc = zlib.crc32(body, zlib.crc32(head))
-    size = (len(head) + len(body)) & 0xFFFFFFFF
-    return b"".join((gzipped[:10], flushed, gzipped[10:-8], struct.pack("<II", crc, size)))
+class _Served:
+    """A rendered body with the process lines at its cut; each form made when asked."""
+
+    __slots__ = ("_lines", "_rendered", "at", "content_type", "key")
+
+    def __init__(self, rendered: CachedBody, lines: bytes) -> None:
+        self._rendered = rendered
+        self._lines = lines
+        self.content_type = rendered.content_type
+        self.key = rendered.key
+        self.at = rendered.at
+
+    @property
+    def body(self) -> bytes:
+        body, lines = self._rendered.body, self._lines
+        cut = len(body) - len(EOF) if body.endswith(EOF) and \
+            self.content_type.startswith(OPENMETRICS) else len(body)
+        return b"".join((body[:cut], lines, body[cut:]))
+
+    @property
+    def gzipped(self) -> bytes:
+        opened = self._rendered.opened
+        if opened is None:
+            return gzip.compress(self.body, GZIP_LEVEL)
+        return opened.with_lines(self._lines)
 
 
 class ProcessScrape(RenderCache):
-    """The render cache, whose answers start with the process series read now."""
+    """The render cache, whose answers end with the process series read now."""
 
     def __init__(self, *args: Any, reader: ProcessReader = READER, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._reader = reader
 
-    def get(self, accept: str | None = None) -> CachedBody:
+    def get(  # type: ignore[override]  # a Body of the seam, as the endpoint takes it
+            self, accept: str | None = None) -> CachedBody | _Served:
         rendered = super().get(accept)
-        head = write(self._reader.read(), style_of(rendered.content_type))
-        if not head:
-            return rendered
-        return dataclasses.replace(rendered, body=head + rendered.body,
-                                   gzipped=gzip_before(head, rendered.body, rendered.gzipped))
+        lines = write(self._reader.read(), style_of(rendered.content_type))
+        return _Served(rendered, lines) if lines else rendered

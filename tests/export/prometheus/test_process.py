@@ -4,7 +4,6 @@ scrape negotiates, read by the reference parsers, and the gzipped answer one gzi
 from __future__ import annotations
 
 import gzip
-import io
 import zlib
 from types import SimpleNamespace
 
@@ -14,7 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families as read_text
 
 from otel_gpu.export.prometheus.cache import GZIP_LEVEL
 from otel_gpu.export.prometheus.formats import Style
-from otel_gpu.export.prometheus.process import NAMES, ProcessScrape, gzip_before, style_of, write
+from otel_gpu.export.prometheus.opengzip import OpenGzip
+from otel_gpu.export.prometheus.process import NAMES, ProcessScrape, style_of, write
 from otel_gpu.instrument.process import ProcessStats
 
 STATS = ProcessStats(cpu_user_s=1.5, cpu_system_s=0.25, resident_bytes=50 << 20,
@@ -74,19 +74,20 @@ def test_the_style_is_read_off_the_content_type(content_type, style):
     assert style_of(content_type) == style
 
 
-def test_gzip_before_makes_one_member_of_head_and_body():
+def test_the_gzipped_answer_is_the_bodys_member_open_before_its_tail():
+    """One member (readers that stop after the first miss nothing), and the body is not
+    compressed again per scrape: the answer starts with the body's own compressed head."""
     head = write(STATS, Style(False, "underscores"))
-    body = BODY * 5000
-    joined = gzip_before(head, body, gzip.compress(body, GZIP_LEVEL))
+    body = BODY * 5000 + b"# EOF\n"
+    opened = OpenGzip(body, len(body) - 6, GZIP_LEVEL)
+    joined = opened.with_lines(head)
     inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    assert inflate.decompress(joined) == head + body
-    assert inflate.eof and not inflate.unused_data  # one member: curl and browsers read it
-    # a header with a name cannot be cut at 10 bytes: compressed afresh
-    buf = io.BytesIO()
-    named = gzip.GzipFile(filename="x", mode="wb", fileobj=buf)
-    named.write(body)
-    named.close()
-    assert gzip.decompress(gzip_before(head, body, buf.getvalue())) == head + body
+    assert inflate.decompress(joined) == BODY * 5000 + head + b"# EOF\n"
+    assert inflate.eof and not inflate.unused_data
+    assert joined.startswith(opened.head) and len(opened.head) > 100
+    assert gzip.decompress(opened.with_lines(b"")) == body
+    with pytest.raises(ValueError, match="cut 7 outside"):
+        OpenGzip(b"short", 7, GZIP_LEVEL)
 
 
 def _scrape(reader=None, body=BODY):
@@ -95,11 +96,11 @@ def _scrape(reader=None, body=BODY):
     return cache, cache.get()
 
 
-def test_each_answer_starts_with_the_process_read_at_that_scrape():
+def test_each_answer_ends_with_the_process_read_at_that_scrape():
     reader = _fixed()
     cache, first = _scrape(reader)
-    assert first.body.startswith(b"# HELP process_cpu_seconds_total ")
-    assert first.body.endswith(BODY)
+    assert first.body.startswith(BODY)
+    assert first.body[len(BODY):].startswith(b"# HELP process_cpu_seconds_total ")
     assert gzip.decompress(first.gzipped) == first.body
     reader.stats = ProcessStats(open_fds=99)
     second = cache.get()
