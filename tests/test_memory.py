@@ -60,12 +60,12 @@ def test_without_the_setting_they_stay_resident():
 
 
 def test_a_start_without_other_exporters_options_leaves_their_tables_unloaded():
-    """The other exporters' flag and variable tables (1.2 MiB) and check's report are
-    loaded only when a foreign option or ``check`` asks for them."""
+    """The other exporters' flag and variable tables and check's report are loaded only
+    when a foreign option or ``check`` asks for them."""
     probe = ("import sys\n"
              "from otel_gpu import cli\n"
              "from otel_gpu.config import load\n"
-             "load({'interval': '5s'}, environ={'HOME': '/root', 'NOT_DCGM_EXPORTER_LISTEN': 'x'})\n"
+             "load({'interval': '5s'}, environ={'HOME': '/', 'NO_DCGM_EXPORTER_X': 'x'})\n"
              "print(sorted(m for m in ('otel_gpu.config.foreign', 'otel_gpu.report')"
              " if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
