@@ -66,7 +66,7 @@ from otel_gpu.snapshot import (
     PodUsage,
     Snapshot,
 )
-from otel_gpu.workload import JobRef, Workload
+from otel_gpu.workload import Holder, JobRef, Workload
 
 RETAIN_S = 900.0
 """Seconds a finished holder's row is kept at its final totals (as energy's rows)."""
@@ -110,22 +110,38 @@ def activity(sample: DeviceSample) -> float | None:
 
 def holder_shares(snapshot: Snapshot, uuid: str) -> dict[Workload, float]:
     """Each holder of ``uuid`` and its share of it (see the module docstring)."""
-    pods = snapshot.pods.attribution.holders(uuid) if snapshot.pods is not None else ()
+    return _shares(*_holding(snapshot, uuid))
+
+
+def _holding(snapshot: Snapshot, uuid: str
+             ) -> tuple[tuple[Holder, ...], int, tuple[Workload, ...]]:
+    """What ``uuid``'s holders and shares follow from: the pods holding it and the replicas
+    advertised, else the jobs or containers using it. Equal while the allocation stays (the
+    same objects while the kubelet's answer does), so the shares are kept by it."""
+    pods: tuple[Holder, ...] = ()
+    if snapshot.pods is not None:
+        attribution = snapshot.pods.attribution
+        pods = attribution.holders(uuid)
+        if pods:
+            return pods, attribution.advertised_replicas(uuid) or 0, ()
+    others: tuple[Workload, ...] = snapshot.series_jobs(uuid)
+    if not others and snapshot.containers is not None:
+        others = snapshot.containers.devices.get(uuid, ())
+    return pods, 0, others
+
+
+def _shares(pods: tuple[Holder, ...], advertised: int, others: tuple[Workload, ...]
+            ) -> dict[Workload, float]:
+    """The shares :func:`_holding`'s answer gives (see the module docstring)."""
     if pods:
         if any(h.shared for h in pods):
             replicas: dict[Workload, set[object]] = {}
             for h in pods:
                 replicas.setdefault(h.ref, set()).add((h.resource_name, h.replica))
-            held = sum(len(r) for r in replicas.values())
-            assert snapshot.pods is not None
-            advertised = snapshot.pods.attribution.advertised_replicas(uuid) or 0
-            whole = max(held, advertised)
+            whole = max(sum(len(r) for r in replicas.values()), advertised)
             return {ref: len(r) / whole for ref, r in replicas.items()}
         refs = list(dict.fromkeys(h.ref for h in pods))
         return dict.fromkeys(refs, 1.0 / len(refs))
-    others: tuple[Workload, ...] = snapshot.series_jobs(uuid)
-    if not others and snapshot.containers is not None:
-        others = snapshot.containers.devices.get(uuid, ())
     return dict.fromkeys(others, 1.0 / len(others)) if others else {}
 
 
@@ -147,6 +163,34 @@ class _Row:
             self.idle_since = now
         elif idle is False:
             self.idle_since = None
+
+
+class _Plan:
+    """One device's holders, their rows and the weights its interval is split by, kept
+    while what they follow from (:func:`_holding`) stays: at hundreds of pods a sample then
+    only adds to the rows."""
+
+    __slots__ = ("held", "keys", "rows", "shares", "source", "weights", "whole")
+
+    def __init__(self, source: tuple[object, ...], held: dict[Workload, float],
+                 rows: dict[tuple[str, Workload], _Row], uuid: str) -> None:
+        self.source = source
+        self.held = held
+        self.keys = tuple((uuid, holder) for holder in held)
+        self.rows = tuple(rows[key] for key in self.keys)
+        self.shares = tuple(held.values())
+        self.whole = len(held) == 1 and sum(self.shares) >= 1.0
+        """A single holder of all of it: the device's activity is its own."""
+        free = max(0.0, 1.0 - sum(self.shares))
+        self.weights = {i: share for i, share in enumerate((*self.shares, free))}
+        """:func:`apportion`'s weights by position, the capacity nobody holds last."""
+
+    def split(self, delta: int) -> dict[int, int]:
+        """``delta`` by position, as ``apportion`` splits it among the holders and the rest."""
+        return apportion(delta, self.weights, len(self.shares))
+
+
+_EMPTY = _Plan(((), 0, ()), {}, {}, "")
 
 
 @dataclass
@@ -174,31 +218,48 @@ class GpuTimeLedger:
         self._at: dict[str, float] = {}
         """GPU uuid -> the monotonic time its time was last counted to."""
         self._seq: int | None = None
-        self._result = GpuTime(idle_threshold_s=idle_threshold)
+        self._plans: dict[str, _Plan] = {}
+        """The latest snapshot's devices' plans: one gone from it is planned afresh."""
+        self._live: frozenset[tuple[str, Workload]] = frozenset()
+        """The (device, holder) pairs of the latest plans (the same set while they stay)."""
+        self._released: frozenset[tuple[str, Workload]] | None = None
+        """The live set the rows' ``gone_since`` were last set by."""
+        self._gone: dict[tuple[str, Workload], float] = {}
+        """The rows no longer held, and since when."""
+        self._sorted: list[tuple[tuple[str, Workload], _Row]] | None = None
+        """The rows in their published order; None once a row is added or dropped."""
 
     def update(self, snapshot: Snapshot) -> GpuTime:
         """The ledger after ``snapshot``; its interval is counted on its first call only."""
         now = snapshot.taken_monotonic
-        live: set[tuple[str, Workload]] = set()
-        shares = {s.device.uuid: holder_shares(snapshot, s.device.uuid)
-                  for s in snapshot.devices}
-        for uuid, held in shares.items():
-            for holder in held:
-                live.add((uuid, holder))
-                self._rows.setdefault((uuid, holder), _Row())
+        plans = {s.device.uuid: self._plan(snapshot, s.device.uuid) for s in snapshot.devices}
+        if plans.keys() != self._plans.keys() or any(
+                plan is not self._plans[uuid] for uuid, plan in plans.items()):
+            self._live = frozenset(key for plan in plans.values() for key in plan.keys)
+        self._plans = plans
         if snapshot.seq != self._seq:
             self._seq = snapshot.seq
-            self._count(snapshot, shares, now)
-            self._release(live, {s.device.uuid for s in snapshot.devices}, now)
+            self._count(snapshot, plans, now)
+            self._release(self._live, set(plans), now)
         else:
-            self._judge(snapshot, shares, now)
-        self._result = self._publish(live, now)
-        return self._result
+            self._judge(snapshot, plans, now)
+        return self._publish(self._live, now)
+
+    def _plan(self, snapshot: Snapshot, uuid: str) -> _Plan:
+        source = _holding(snapshot, uuid)
+        plan = self._plans.get(uuid)
+        if plan is not None and plan.source == source:
+            return plan
+        held = _shares(*source)
+        for holder in held:
+            if (uuid, holder) not in self._rows:
+                self._rows[(uuid, holder)] = _Row()
+                self._sorted = None
+        return _Plan(source, held, self._rows, uuid)
 
     # --- one sample ---------------------------------------------------------------------
 
-    def _count(self, snapshot: Snapshot, shares: Mapping[str, Mapping[Workload, float]],
-               now: float) -> None:
+    def _count(self, snapshot: Snapshot, plans: Mapping[str, _Plan], now: float) -> None:
         carry = self.pods and snapshot.pods is None
         usage = _usage_by_device(snapshot)
         instances: dict[str, list[DeviceSample]] = {}
@@ -218,21 +279,21 @@ class GpuTimeLedger:
             delta = 0 if last is None else max(0, round((now - last) * _US))
             parts = instances.get(root)
             if not parts:
-                self._device(s, delta, shares[root], usage.get(root, ()), now, 1.0)
+                self._device(s, delta, plans[root], usage.get(root, ()), now, 1.0)
                 continue
             total = gpu_slices(s.device.model, parts)
             weights = {p.device.uuid: float(compute_slices(p.device.mig_profile))
                        for p in parts}
             weights[root] = float(total) - sum(weights.values())
             split = apportion(delta, weights, root)
-            self._device(s, split.get(root, 0), {}, usage.get(root, ()), now,
+            self._device(s, split.get(root, 0), _EMPTY, usage.get(root, ()), now,
                          weights[root] / total, instances=True)
             for part in parts:
                 uuid = part.device.uuid
-                self._device(part, split.get(uuid, 0), shares[uuid], usage.get(uuid, ()),
+                self._device(part, split.get(uuid, 0), plans[uuid], usage.get(uuid, ()),
                              now, weights[uuid] / total)
 
-    def _device(self, sample: DeviceSample, delta: int, held: Mapping[Workload, float],
+    def _device(self, sample: DeviceSample, delta: int, plan: _Plan,
                 usage: Sequence[PodUsage], now: float, weight: float, *,
                 instances: bool = False) -> None:
         """One device's part of the interval: each holder's, the rest, and what is used
@@ -240,84 +301,104 @@ class GpuTimeLedger:
         slices over the GPU's), by which each holder's shares of it become shares of the GPU.
         ``instances``: a GPU in MIG mode, whose activity is its instances' work."""
         uuid = sample.device.uuid
-        dev = self._devices.setdefault(uuid, _Device())
+        dev = self._devices.get(uuid)
+        if dev is None:
+            dev = self._devices[uuid] = _Device()
         dev.counted += delta
-        free = max(0.0, 1.0 - sum(held.values()))
-        split = apportion(delta, {**held, None: free}, None)
-        dev.unallocated += split.pop(None, 0)
+        held = plan.held
+        split = plan.split(delta)
+        dev.unallocated += split.get(len(plan.shares), 0)
         busy = activity(sample)
         outside = _outside_rows(usage, held)
         dev.outside_now = _outside_kinds(sample, held, usage, outside)
         dev.outside += _outside_time(sample, delta, None if instances else busy, held, outside)
-        alone = len(held) == 1 and not outside and sum(held.values()) >= 1.0
-        for holder, share in held.items():
-            row = self._rows[(uuid, holder)]
-            allocated = split.get(holder, 0)
-            mine = [r for r in usage if r.pod == holder]
-            sm = [r.sm for r in mine if r.sm is not None]
-            if alone and busy is not None:
+        alone = busy is not None and plan.whole and not outside
+        by_holder: dict[object, list[PodUsage]] = {}
+        for r in usage:
+            by_holder.setdefault(r.pod, []).append(r)
+        for i, (holder, share, row) in enumerate(zip(held, plan.shares, plan.rows,
+                                                      strict=True)):
+            allocated = split.get(i, 0)
+            mine = by_holder.get(holder, ()) if by_holder else ()
+            sm = [r.sm for r in mine if r.sm is not None] if mine else ()
+            if alone:
                 fraction: float | None = busy
             elif sm:
                 fraction = sum(sm)
             else:
                 fraction = None if busy is None else busy * share
-            active = 0 if fraction is None else min(allocated, round(delta * fraction))
+            if fraction is None:
+                active = 0
+                row.active_share = None
+            else:
+                active = min(allocated, round(delta * fraction))
+                row.active_share = weight * (fraction if fraction < share else share)
             row.allocated += allocated
             row.active += active
             row.share = weight * share
-            row.active_share = None if fraction is None else weight * min(share, fraction)
             row.set_idle(_idle(sample, holder, mine, delta, fraction, active), now)
 
-    def _judge(self, snapshot: Snapshot, shares: Mapping[str, Mapping[Workload, float]],
-               now: float) -> None:
+    def _judge(self, snapshot: Snapshot, plans: Mapping[str, _Plan], now: float) -> None:
         """A re-publication's holders not judged yet (the kubelet's answer came after the
         sample): idle or not in this sample, as a holder in its first sample is, since
         their allocated time starts here too. Nothing is counted."""
         usage = _usage_by_device(snapshot)
         for s in snapshot.devices:
-            uuid = s.device.uuid
-            for holder in shares[uuid]:
-                row = self._rows[(uuid, holder)]
+            plan = plans[s.device.uuid]
+            for holder, row in zip(plan.held, plan.rows, strict=True):
                 if row.idle is None:
-                    mine = [r for r in usage.get(uuid, ()) if r.pod == holder]
+                    mine = [r for r in usage.get(s.device.uuid, ()) if r.pod == holder]
                     row.set_idle(_idle(s, holder, mine, 0, None, 0), now)
 
     # --- bounds -------------------------------------------------------------------------
 
-    def _release(self, live: set[tuple[str, Workload]], present: set[str], now: float) -> None:
-        gone: list[tuple[float, tuple[str, Workload]]] = []
-        for key, row in self._rows.items():
-            if key in live:
-                row.gone_since = None
-                continue
-            if row.gone_since is None:
-                row.gone_since = now
-                row.idle, row.idle_since = None, None
-                row.share, row.active_share = 0.0, None
-            gone.append((row.gone_since, key))
-        gone.sort(key=lambda g: g[0])
-        extra = len(gone) - self.max_gone
-        for i, (since, key) in enumerate(gone):
-            if i < extra or now - since >= self.retain:
-                del self._rows[key]
-        kept = {uuid for uuid, _ in self._rows}
-        for uuid, dev in list(self._devices.items()):
-            if uuid in present:
-                dev.gone_since = None
-                continue
-            dev.gone_since = now if dev.gone_since is None else dev.gone_since
-            if uuid not in kept and now - dev.gone_since >= self.retain:
+    def _release(self, live: frozenset[tuple[str, Workload]], present: set[str],
+                 now: float) -> None:
+        if live is not self._released:  # holders came or went: mark who left, who is back
+            self._released = live
+            self._gone = {}  # in the rows' order, which breaks ties between equal ages
+            for key, row in self._rows.items():
+                if key in live:
+                    row.gone_since = None
+                    continue
+                if row.gone_since is None:
+                    row.gone_since = now
+                    row.idle, row.idle_since = None, None
+                    row.share, row.active_share = 0.0, None
+                self._gone[key] = row.gone_since
+        if self._gone:
+            gone = sorted(self._gone.items(), key=lambda g: g[1])
+            extra = len(gone) - self.max_gone
+            for i, (key, since) in enumerate(gone):
+                if i < extra or now - since >= self.retain:
+                    del self._rows[key], self._gone[key]
+                    self._sorted = None
+        absent = [uuid for uuid in self._devices if uuid not in present]
+        kept = {uuid for uuid, _ in self._rows} if absent else set()
+        for uuid in absent:
+            away = self._devices[uuid]
+            away.gone_since = now if away.gone_since is None else away.gone_since
+            if uuid not in kept and now - away.gone_since >= self.retain:
                 del self._devices[uuid]  # kept with its holders' rows: the sums hold
+        for uuid in present:
+            dev = self._devices.get(uuid)
+            if dev is not None:
+                dev.gone_since = None
 
-    def _publish(self, live: set[tuple[str, Workload]], now: float) -> GpuTime:
+    def _publish(self, live: frozenset[tuple[str, Workload]], now: float) -> GpuTime:
+        """The rows in their order, sorted again only when a row came or went."""
+        if self._sorted is None:
+            self._sorted = sorted(self._rows.items(), key=_order)
+        marked = live is self._released  # each row's gone_since says whether it is live
         holders = []
-        for (uuid, holder), row in sorted(self._rows.items(), key=_order):
+        for key, row in self._sorted:
+            held = row.gone_since is None if marked else key in live
             idle: float | None = None
-            if (uuid, holder) in live and row.idle is not None:
+            if held and row.idle is not None:
                 idle = now - row.idle_since if row.idle_since is not None else 0.0
-            holders.append(HolderTime(uuid, holder, row.allocated, row.active, idle,
-                                      row.idle if (uuid, holder) in live else None,
-                                      row.share, row.active_share))
+            holders.append(HolderTime(key[0], key[1], row.allocated, row.active, idle,
+                                      row.idle if held else None, row.share,
+                                      row.active_share))
         devices = tuple(DeviceTime(uuid, d.unallocated, d.outside, d.counted, d.outside_now)
                         for uuid, d in sorted(self._devices.items()))
         return GpuTime(tuple(holders), devices, self.idle_threshold)

@@ -7,6 +7,7 @@ from types import MappingProxyType
 
 import pytest
 
+from otel_gpu.attribute import gputime
 from otel_gpu.attribute.gputime import (
     HOST,
     OTHER_WORKLOAD,
@@ -176,6 +177,42 @@ def test_a_finished_holder_keeps_its_totals_for_the_retention_and_continues_if_i
     assert _holders(back) == {(GPU0, A): (20 * S, 0)}
     _at(ledger, 40, _gpu(0), pods=_pods())
     assert _holders(_at(ledger, 150, _gpu(0), pods=_pods())) == {}
+
+
+def test_shares_are_worked_out_again_only_when_the_allocation_changes(monkeypatch):
+    """At hundreds of pods a sample only adds to the rows: a kubelet answer equal to the
+    last (a new object each poll) keeps the shares; a new holder makes them again."""
+    made = []
+
+    def counted(*source):
+        made.append(source)
+        return shares(*source)
+
+    shares = gputime._shares
+    monkeypatch.setattr(gputime, "_shares", counted)
+    ledger = GpuTimeLedger(pods=True)
+    for t in (0, 10, 20):  # a fresh, equal answer each sample
+        result = _at(ledger, t, _gpu(0), pods=_pods(_held(GPU0, A, B, shared=True)))
+    assert len(made) == 1
+    assert _holders(result) == {(GPU0, A): (10 * S, 0), (GPU0, B): (10 * S, 0)}
+    result = _at(ledger, 30, _gpu(0), pods=_pods(_held(GPU0, A, B, C, shared=True)))
+    assert len(made) == 2
+    assert _now(result)[(GPU0, C)] == (round(1 / 3, 6), 0.0, True)  # no process of its own
+
+
+def test_a_gpu_back_after_its_holders_rows_expired_starts_them_afresh():
+    """The same kubelet answer throughout: what was kept for the device while it was in
+    the sample is not reused for rows dropped while it was away."""
+    ledger = GpuTimeLedger(pods=True, retain=100.0)
+    pods = _pods(_held(GPU0, A))
+    _at(ledger, 0, _gpu(0), pods=pods)
+    _at(ledger, 10, _gpu(0), pods=pods)
+    _at(ledger, 20, pods=pods)  # gone from NVML's list
+    assert _holders(_at(ledger, 200, pods=pods)) == {}  # its row expired
+    assert _holders(_at(ledger, 300, _gpu(0), pods=pods)) == {(GPU0, A): (0, 0)}
+    result = _at(ledger, 310, _gpu(0), pods=pods)
+    assert _holders(result) == {(GPU0, A): (10 * S, 0)}
+    assert (_device(result).counted, _device(result).unallocated) == (10 * S, 0)  # the sums hold
 
 
 def _random_snapshot(rng: random.Random, t: float, seq: int):
