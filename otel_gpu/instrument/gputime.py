@@ -8,11 +8,12 @@ instruments say seconds.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from operator import is_
 
 from otel_gpu.instrument.attributes import HW_ID
 from otel_gpu.instrument.schema import Kind, Metric, Observation
-from otel_gpu.snapshot import DeviceTime, HolderTime, Snapshot
+from otel_gpu.snapshot import DeviceTime, GpuTime, HolderTime, Snapshot
 from otel_gpu.workload import (
     CONTAINER_ATTRIBUTES,
     HPC_JOB_ID,
@@ -20,11 +21,13 @@ from otel_gpu.workload import (
     ContainerRef,
     JobRef,
     PodRef,
+    Workload,
 )
 
 OUTSIDE_KIND = "nvidia.gpu.outside.kind"
 """Who uses a device outside any allocation: unallocated_device, other_workload, host."""
 _US = 1e6
+_Attrs = Mapping[str, str]
 _SOURCE = ("collector (GPU time ledger): the sample interval times the holder's share "
            "(whole GPU 1, MIG compute slices / the GPU's, replicas held / advertised)")
 _ACTIVE = ("the same interval times its activity: GPM GRAPHICS_UTIL, else "
@@ -39,16 +42,70 @@ _FAMILIES: tuple[tuple[str, type, tuple[str, ...], str], ...] = (
 )
 
 
+_MAX_DEVICES = 4096
+"""Device sets kept at most (devices come and go only on hot-plug)."""
+
+
+class _Sets:
+    """The ledger's rows with their attribute sets, by workload kind: worked out once per
+    ledger (nine metrics read each), and the same set objects again while the rows' holders
+    stay (the ledger hands out the same holder objects while they do), so that 500 pods
+    cost no new dicts. Only the latest ledger's sets are kept, each state replaced whole
+    (never changed in place), as another thread may collect from another snapshot."""
+
+    def __init__(self) -> None:
+        self._last: tuple[GpuTime | None, dict[type, list[tuple[HolderTime, _Attrs]]]] = (
+            None, {})
+        self._holders: tuple[list[Workload], list[str], list[_Attrs]] = ([], [], [])
+        """The last rows' holders and devices, and their sets, in order."""
+        self._devices: dict[str, _Attrs] = {}
+
+    def holders(self, ledger: GpuTime, kind: type) -> list[tuple[HolderTime, _Attrs]]:
+        owner, by_kind = self._last
+        if owner is not ledger:
+            by_kind = {}
+            for row, attrs in zip(ledger.holders, self._holder_sets(ledger.holders),
+                                  strict=True):
+                by_kind.setdefault(type(row.holder), []).append((row, attrs))
+            self._last = (ledger, by_kind)
+        return by_kind.get(kind, [])
+
+    def _holder_sets(self, rows: tuple[HolderTime, ...]) -> list[_Attrs]:
+        holders, uuids, sets = self._holders
+        now = [row.holder for row in rows]
+        devices = [row.uuid for row in rows]
+        if len(now) == len(holders) and all(map(is_, now, holders)) \
+                and all(map(is_, devices, uuids)):
+            return sets
+        known = {(u, h): (h, a) for h, u, a in zip(holders, uuids, sets, strict=True)}
+        made = []
+        for row in rows:
+            found = known.get((row.uuid, row.holder))
+            # by identity: an equal pod may name its UID where the kept one did not
+            made.append(found[1] if found is not None and found[0] is row.holder
+                        else {HW_ID: row.uuid, **row.holder.attributes()})
+        self._holders = (now, devices, made)
+        return made
+
+    def device(self, uuid: str) -> _Attrs:
+        found = self._devices.get(uuid)
+        if found is None:
+            if len(self._devices) >= _MAX_DEVICES:  # devices replaced again and again
+                self._devices = {}
+            found = self._devices[uuid] = {HW_ID: uuid}
+        return found
+
+
+_SETS = _Sets()
+
+
 def _holders(kind: type, value: Callable[[HolderTime], float | None],
              ) -> Callable[[Snapshot, float], Iterable[Observation]]:
     def observe(snapshot: Snapshot, now: float) -> Iterable[Observation]:
         if snapshot.gpu_time is None:
-            return
-        for row in snapshot.gpu_time.holders:
-            if isinstance(row.holder, kind):
-                got = value(row)
-                if got is not None:
-                    yield got, {HW_ID: row.uuid, **row.holder.attributes()}
+            return []
+        rows = _SETS.holders(snapshot.gpu_time, kind)
+        return [(got, attrs) for row, attrs in rows if (got := value(row)) is not None]
 
     return observe
 
@@ -56,9 +113,9 @@ def _holders(kind: type, value: Callable[[HolderTime], float | None],
 def _devices(value: Callable[[DeviceTime], float]
              ) -> Callable[[Snapshot, float], Iterable[Observation]]:
     def observe(snapshot: Snapshot, now: float) -> Iterable[Observation]:
-        if snapshot.gpu_time is not None:
-            for row in snapshot.gpu_time.devices:
-                yield value(row), {HW_ID: row.uuid}
+        if snapshot.gpu_time is None:
+            return []
+        return [(value(row), _SETS.device(row.uuid)) for row in snapshot.gpu_time.devices]
 
     return observe
 
