@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from otel_gpu._files import read_sysfs
 from otel_gpu.instrument.schema import Kind, Metric, Observation
 from otel_gpu.snapshot import Snapshot
 
@@ -59,11 +60,9 @@ class ProcessStats:
 
 
 def _read(path: Path, limit: int) -> bytes | None:
-    try:
-        with path.open("rb") as file:
-            return file.read(limit)
-    except OSError:
-        return None
+    """The file's bytes (stripped); None when it is missing, strange or over ``limit``."""
+    text = read_sysfs(path, max_bytes=limit)
+    return None if text is None else text.encode("ascii", "replace")
 
 
 class ProcessReader:
