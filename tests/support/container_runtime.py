@@ -1,11 +1,11 @@
-"""A fake Docker-compatible container runtime API for tests: stdlib HTTP on a real unix socket.
+"""A fake Docker-compatible container runtime API for tests: real HTTP on a real unix socket.
 
-It answers ``GET /containers/json`` (and ``/v<version>/containers/json``) with
-the documented JSON of the containers a test sets, in the shape Docker and
-Podman give it (``Id``, ``Names`` with their leading ``/``, ``Image``,
-``ImageID``, ``Command``, ``Created``, ``State``, ``Status``, ``Labels``, ...),
-counts the calls, and can misbehave on request: answer raw bytes, an HTTP
-status, or trickle its answer slowly.
+The server is the simulator's (:class:`otel_gpu.sim.runtime.RuntimeServer`, which
+``--simulate`` runs for a node with Docker containers outside Kubernetes); here
+it lives in a short directory of its own and is fed entries a test writes with
+:func:`docker_container` (states, labels). The server counts the calls and the
+paths they asked, and misbehaves on request: the next answers as raw bytes
+with an HTTP status (``answer_next``) or trickled slowly (``trickle``).
 
 Library use::
 
@@ -24,83 +24,28 @@ Manual use (stop with SIGINT/SIGTERM)::
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
-import re
 import shutil
 import signal
-import socketserver
 import sys
 import tempfile
 import threading
-import time
-from collections.abc import Iterable
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-__all__ = ["FakeRuntime", "docker_container"]
+from otel_gpu.sim.runtime import RuntimeServer, docker_entry
 
-_PATH = re.compile(r"^(?:/v[0-9.]+)?/containers/json(?:\?.*)?$")
+__all__ = ["FakeRuntime", "docker_container"]
 
 
 def docker_container(cid: str, name: str, image: str, *, state: str = "running",
                      labels: dict[str, str] | None = None) -> dict[str, Any]:
-    """One entry of ``GET /containers/json`` as the Docker Engine API documents it."""
-    return {
-        "Id": cid,
-        "Names": [f"/{name}"],
-        "Image": image,
-        "ImageID": "sha256:" + "0" * 64,
-        "Command": "python train.py",
-        "Created": 1764547200,
-        "Ports": [],
-        "Labels": labels or {},
-        "State": state,
-        "Status": "Up 2 hours",
-        "HostConfig": {"NetworkMode": "default"},
-        "NetworkSettings": {"Networks": {}},
-        "Mounts": [],
-    }
+    """One entry of the runtime's list, as a test's training container would show."""
+    return docker_entry(cid, name, image, image_id="sha256:" + "0" * 64,
+                        command="python train.py", state=state, labels=labels)
 
 
-class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-    runtime: FakeRuntime
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"
-
-    def do_GET(self) -> None:
-        runtime = self.server.runtime
-        status, body, trickle = runtime._answer(self.path)
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Api-Version", "1.47")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        try:
-            if not trickle:
-                self.wfile.write(body)
-                return
-            for i in range(len(body)):
-                self.wfile.write(body[i:i + 1])
-                self.wfile.flush()
-                time.sleep(trickle)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the collector gave up on the answer (too big, too slow): what it should do
-
-    def address_string(self) -> str:  # a unix socket has no client address
-        return "unix"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-class FakeRuntime:
-    """The runtime API on a unix socket, scripted by the test.
+class FakeRuntime(RuntimeServer):
+    """The simulator's runtime API, scripted by the test.
 
     Without ``socket_path`` it makes a short directory under /tmp (unix socket paths
     are limited to 108 bytes) and removes it on :meth:`close`.
@@ -111,83 +56,39 @@ class FakeRuntime:
         if socket_path is None:
             self._own_dir = tempfile.mkdtemp(dir="/tmp", prefix="rt")
             socket_path = os.path.join(self._own_dir, "docker.sock")
-        self.socket_path = os.fspath(socket_path)
-        self._lock = threading.Lock()
-        self._body = b"[]"
-        self._next: list[tuple[int, bytes]] = []
-        self.trickle = 0.0
-        """Seconds between the answer's bytes (to test the whole-exchange deadline)."""
-        self.calls = 0
-        self.paths: list[str] = []
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-
-    def set_containers(self, containers: Iterable[dict[str, Any]]) -> None:
-        body = json.dumps(list(containers)).encode()
-        with self._lock:
-            self._body = body
-
-    def answer_next(self, n: int, body: bytes, status: int = 200) -> None:
-        """Answer the next ``n`` calls with ``body`` (raw bytes) and ``status``."""
-        with self._lock:
-            self._next.extend([(status, body)] * n)
-
-    def _answer(self, path: str) -> tuple[int, bytes, float]:
-        with self._lock:
-            self.calls += 1
-            self.paths.append(path)
-            if not _PATH.match(path):
-                return 404, b'{"message":"page not found"}', 0.0
-            if self._next:
-                status, body = self._next.pop(0)
-                return status, body, self.trickle
-            return 200, self._body, self.trickle
-
-    def start(self) -> FakeRuntime:
-        if self._server is not None:
-            return self
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.socket_path)
-        server = _Server(self.socket_path, _Handler)
-        server.runtime = self
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="fake-runtime", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.socket_path)
+        super().__init__(socket_path)
 
     def close(self) -> None:
-        self.stop()
+        super().close()
         if self._own_dir is not None:
             shutil.rmtree(self._own_dir, ignore_errors=True)
             self._own_dir = None
 
-    def __enter__(self) -> FakeRuntime:
-        return self.start()
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+def _container(text: str) -> dict[str, Any]:
+    """``ID=NAME=IMAGE`` from the command line as an entry."""
+    parts = text.split("=", 2)
+    if len(parts) != 3 or not all(parts):
+        raise argparse.ArgumentTypeError(f"expected ID=NAME=IMAGE, got {text[:200]!r}")
+    return docker_container(*parts)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Serve a fake container runtime API.")
     parser.add_argument("--socket", required=True, help="unix socket path (< 108 bytes)")
-    parser.add_argument("--container", action="append", default=[], metavar="ID=NAME=IMAGE")
+    parser.add_argument("--container", action="append", default=[], type=_container,
+                        metavar="ID=NAME=IMAGE")
     args = parser.parse_args(argv)
     runtime = FakeRuntime(args.socket)
-    runtime.set_containers(docker_container(*c.split("=", 2)) for c in args.container)
+    runtime.set_containers(args.container)
     done = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: done.set())
     signal.signal(signal.SIGTERM, lambda *_: done.set())
-    runtime.start()
+    try:
+        runtime.start()
+    except OSError as exc:
+        print(f"cannot serve on {args.socket}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     print(f"fake container runtime serving on {runtime.socket_path}", flush=True)
     done.wait()
     runtime.close()
