@@ -363,10 +363,14 @@ def test_a_container_outside_kubernetes_names_its_gpu_and_its_usage(collector, r
     assert runtime.calls >= 1
     # the usage names are the containers', not the pods': no pod is involved, and no label
     # of a pod, empty or not, is on them
-    usage = [name for name in _families(text) if name.startswith("nvidia_gpu_container_")]
+    # (beside them, the GPU time ledger's families: allocated, active and idle time)
+    families = [name for name in _families(text) if name.startswith("nvidia_gpu_container_")]
+    ledger = ("nvidia_gpu_container_time_", "nvidia_gpu_container_idle_")
+    usage = [name for name in families if not name.startswith(ledger)]
     assert len(usage) == 6, usage
+    assert len(families) - len(usage) == 3, families
     assert not [name for name in _families(text) if name.startswith(POD_USAGE_FAMILIES)]
-    for name in usage:
+    for name in families:
         for lab, _ in series(text, name):
             assert not [k for k in lab if k.startswith("k8s_")], (name, lab)
 
