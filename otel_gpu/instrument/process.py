@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import resource
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -59,7 +60,7 @@ class ProcessStats:
         return round(self.cpu_user_s + self.cpu_system_s, 6)  # both whole clock ticks
 
 
-def _read(path: Path, limit: int) -> bytes | None:
+def _read(path: str | Path, limit: int) -> bytes | None:
     """The file's bytes (stripped); None when it is missing, strange or over ``limit``."""
     text = read_sysfs(path, max_bytes=limit)
     return None if text is None else text.encode("ascii", "replace")
@@ -72,6 +73,10 @@ class ProcessReader:
     def __init__(self, root: str | Path = "/proc") -> None:
         self._root = Path(root)
         self._self = self._root / "self"
+        self._stat = str(self._self / "stat")  # strings: a scrape pays no path objects
+        self._fd = str(self._self / "fd")
+        self._own = os.path.realpath(root) == "/proc"
+        """This process's own entry: its limit is asked of the kernel, not parsed."""
         self._ticks = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
         self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
         self._boot: float | None = None
@@ -99,7 +104,7 @@ class ProcessReader:
 
     def stat(self) -> ProcessStats:
         """CPU, memory and start time: one read of ``/proc/self/stat``."""
-        stat = _read(self._self / "stat", STAT_BYTES)
+        stat = _read(self._stat, STAT_BYTES)
         if stat is None:
             if not self._said:
                 self._said = True
@@ -124,12 +129,15 @@ class ProcessReader:
 
     def open_fds(self) -> int | None:
         try:
-            return len(os.listdir(self._self / "fd"))
+            return len(os.listdir(self._fd))
         except OSError:
             return None
 
     def max_fds(self) -> int | None:
         """The soft limit on open files (None: unlimited, or not said)."""
+        if self._own:
+            limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]  # /proc/self/limits' value
+            return None if limit == resource.RLIM_INFINITY else limit
         text = _read(self._self / "limits", LIMITS_BYTES) or b""
         for line in text.split(b"\n"):
             if line.startswith(b"Max open files"):

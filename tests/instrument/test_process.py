@@ -82,3 +82,21 @@ def test_the_rows_are_the_semantic_conventions_process_metrics():
     for metric in PROCESS_METRICS:
         assert metric.per_node is not None
         assert list(metric.per_node(None, 0.0)), metric.name  # type: ignore[arg-type]
+
+
+def test_the_own_limit_is_the_kernels_now_as_proc_says_it():
+    """This process's descriptor limit is asked of the kernel at each read (no parse of
+    /proc/self/limits per scrape), and follows a change of it."""
+    import subprocess
+    import sys
+
+    probe = ("import resource\n"
+             "from otel_gpu.instrument.process import READER\n"
+             "before = READER.max_fds()\n"
+             "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+             "resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, 200) - 1, hard))\n"
+             "limits = open('/proc/self/limits').read().split('Max open files')[1].split()[0]\n"
+             "print(before == soft, READER.max_fds(), limits)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=60, check=True).stdout.split()
+    assert out[0] == "True" and out[1] == out[2] and int(out[1]) < 200
