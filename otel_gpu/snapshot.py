@@ -1,9 +1,8 @@
 """The data the pipeline passes on: one immutable snapshot per sample.
 
-The sampler thread builds a :class:`Snapshot`; everything downstream (the
-instrument callbacks, the Prometheus render cache, attribution) only reads
-it. Nothing here talks to NVML or the kubelet, so the scrape path can never
-block on either; the types here are the whole contract between the stages.
+The sampler thread builds a :class:`Snapshot`; everything downstream (the instrument callbacks, the
+Prometheus render cache, attribution) only reads it. Nothing here talks to NVML or the kubelet, so
+the scrape path can never block on either; the types here are the whole contract between the stages.
 """
 
 from __future__ import annotations
@@ -444,8 +443,9 @@ class Snapshot:
     pods: Pods | None = None
     """Set when Kubernetes pod attribution is on."""
     jobs: Mapping[str, tuple[JobRef, ...]] | None = None
-    """HPC jobs per device uuid, sorted (an immutable mapping; devices without jobs are
-    absent), when HPC job attribution is on (:mod:`otel_gpu.attribute.hpc`)."""
+    """HPC jobs per device uuid, sorted, immutable; None while off (otel_gpu.attribute.hpc)."""
+    job_pids: frozenset[int] | None = None
+    """The GPU processes a Slurm job's cgroup holds (None: not read): the jobs' own, told apart."""
     containers: Containers | None = None
     """Set when container attribution outside Kubernetes is on
     (:mod:`otel_gpu.attribute.container`)."""

@@ -262,6 +262,7 @@ class GpuTimeLedger:
     def _count(self, snapshot: Snapshot, plans: Mapping[str, _Plan], now: float) -> None:
         carry = self.pods and snapshot.pods is None
         usage = _usage_by_device(snapshot)
+        in_jobs = snapshot.job_pids
         instances: dict[str, list[DeviceSample]] = {}
         for s in snapshot.devices:
             if s.device.parent_uuid is not None:
@@ -279,7 +280,7 @@ class GpuTimeLedger:
             delta = 0 if last is None else max(0, round((now - last) * _US))
             parts = instances.get(root)
             if not parts:
-                self._device(s, delta, plans[root], usage.get(root, ()), now, 1.0)
+                self._device(s, delta, plans[root], usage.get(root, ()), now, 1.0, in_jobs)
                 continue
             total = gpu_slices(s.device.model, parts)
             weights = {p.device.uuid: float(compute_slices(p.device.mig_profile))
@@ -287,18 +288,19 @@ class GpuTimeLedger:
             weights[root] = float(total) - sum(weights.values())
             split = apportion(delta, weights, root)
             self._device(s, split.get(root, 0), _EMPTY, usage.get(root, ()), now,
-                         weights[root] / total, instances=True)
+                         weights[root] / total, in_jobs, instances=True)
             for part in parts:
                 uuid = part.device.uuid
                 self._device(part, split.get(uuid, 0), plans[uuid], usage.get(uuid, ()),
-                             now, weights[uuid] / total)
+                             now, weights[uuid] / total, in_jobs)
 
     def _device(self, sample: DeviceSample, delta: int, plan: _Plan,
-                usage: Sequence[PodUsage], now: float, weight: float, *,
-                instances: bool = False) -> None:
+                usage: Sequence[PodUsage], now: float, weight: float,
+                in_jobs: frozenset[int] | None, *, instances: bool = False) -> None:
         """One device's part of the interval: each holder's, the rest, and what is used
         outside any allocation. ``weight``: the device's part of its GPU (a MIG instance's
         slices over the GPU's), by which each holder's shares of it become shares of the GPU.
+        ``in_jobs``: the GPU processes in a Slurm job (:attr:`Snapshot.job_pids`).
         ``instances``: a GPU in MIG mode, whose activity is its instances' work."""
         uuid = sample.device.uuid
         dev = self._devices.get(uuid)
@@ -309,7 +311,7 @@ class GpuTimeLedger:
         split = plan.split(delta)
         dev.unallocated += split.get(len(plan.shares), 0)
         busy = activity(sample)
-        outside = _outside_rows(usage, held)
+        outside = _outside_rows(sample, usage, held, in_jobs)
         dev.outside_now = _outside_kinds(sample, held, usage, outside)
         dev.outside += _outside_time(sample, delta, None if instances else busy, held, outside)
         alone = busy is not None and plan.whole and not outside
@@ -433,13 +435,22 @@ def _usage_by_device(snapshot: Snapshot) -> dict[str, list[PodUsage]]:
     return out
 
 
-def _outside_rows(usage: Sequence[PodUsage], held: Mapping[Workload, float]
+def _outside_rows(sample: DeviceSample, usage: Sequence[PodUsage],
+                  held: Mapping[Workload, float], in_jobs: frozenset[int] | None
                   ) -> list[PodUsage]:
-    """The usage rows of processes no holder of the device accounts for."""
-    if held and all(isinstance(h, JobRef) for h in held):
-        # Jobs have no usage rows: only processes in no pod or container are outside.
-        return [r for r in usage if r.processes and r.pod is None]
-    return [r for r in usage if r.processes and r.pod not in held]
+    """The usage rows of processes no holder of the device accounts for. Jobs have none:
+    on their devices, one row of the processes in no Slurm job (a job whose process runs
+    there holds it) and in no pod's or container's row; none where no GPU process is in
+    a job (other schedulers' mapping files), as the jobs' are not told from the host's."""
+    if not held or not all(isinstance(h, JobRef) for h in held):
+        return [r for r in usage if r.processes and r.pod not in held]
+    rest = [p for p in sample.processes or () if p.pid not in (in_jobs or ())]
+    theirs = [r for r in usage if r.processes and r.pod is not None]
+    count = len(rest) - sum(r.processes for r in theirs)
+    if not in_jobs or count <= 0:
+        return []
+    sm = sum(p.sm or 0.0 for p in rest) - sum(r.sm or 0.0 for r in theirs)
+    return [PodUsage(sample.device.uuid, None, count, sm=max(0.0, sm))]
 
 
 def _outside_time(sample: DeviceSample, delta: int, busy: float | None,

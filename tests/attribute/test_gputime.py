@@ -335,6 +335,28 @@ def test_use_outside_any_allocation_is_told_apart():
     assert _device(_at(ledger, 30, _gpu(50, processes=procs), pods=mine)).outside_now == ()
 
 
+def test_a_host_process_on_a_slurm_jobs_gpu_is_told_from_the_jobs_own_by_their_cgroups():
+    """Jobs have no usage rows: their processes are the ones Slurm's cgroups place in a job.
+    Where a container runtime answers too, its row of processes in no container holds the
+    jobs' as well, which are not outside use; without cgroups read nothing is."""
+    ledger = GpuTimeLedger()
+    jobs = MappingProxyType({GPU0: (JobRef("1234"),)})
+    procs = (ProcessUsage(7, sm=0.5), ProcessUsage(8, sm=0.2))
+    _at(ledger, 0, _gpu(70, processes=procs), jobs=jobs, job_pids=frozenset({7, 8}))
+    alone = _at(ledger, 10, _gpu(70, processes=procs), jobs=jobs, job_pids=frozenset({7, 8}))
+    assert _device(alone).outside_now == () and _device(alone).outside == 0
+    assert _holders(alone) == {(GPU0, JobRef("1234")): (10 * S, 7 * S)}  # alone: the GPU's 70 %
+    beside = _at(ledger, 20, _gpu(70, processes=procs), jobs=jobs, job_pids=frozenset({7}))
+    assert _device(beside).outside_now == (HOST,)
+    assert _device(beside).outside == 2 * S  # the host process's own 20 %
+    docker = Containers(usage=(PodUsage(GPU0, None, 2, sm=0.7),))  # both in no container
+    mixed = _at(ledger, 30, _gpu(70, processes=procs), jobs=jobs, job_pids=frozenset({7, 8}),
+                containers=docker)
+    assert _device(mixed).outside_now == () and _device(mixed).outside == 2 * S
+    unread = _at(ledger, 40, _gpu(70, processes=procs), jobs=jobs, containers=docker)
+    assert _device(unread).outside_now == ()  # another scheduler's mapping files
+
+
 def test_a_mig_gpus_spare_slice_is_unallocated_not_used_outside_while_its_instances_work():
     """The GPU's own activity is its instances': held and busy, it is their holders' time,
     and the slice no instance takes is capacity nobody held (the demo's GPU 2)."""

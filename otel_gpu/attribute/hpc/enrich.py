@@ -50,7 +50,8 @@ def device_key(device: Device) -> DeviceKey | None:
 
 class JobEnricher:
     """The job stage (an :class:`~otel_gpu.attribute.enrich.Enricher`): sets
-    :attr:`~otel_gpu.snapshot.Snapshot.jobs`; either source may be absent."""
+    :attr:`~otel_gpu.snapshot.Snapshot.jobs` (and, from Slurm's cgroups, ``job_pids``);
+    either source may be absent."""
 
     def __init__(
         self,
@@ -61,22 +62,26 @@ class JobEnricher:
     ) -> None:
         self.mapping = mapping
         self.slurm = slurm
-        self._last: tuple[int, Mapping[str, tuple[JobRef, ...]]] | None = None
+        self._last: tuple[int, Mapping[str, tuple[JobRef, ...]], frozenset[int] | None] \
+            | None = None
         self._limited = LogLimiter(log, 3600.0, clock=clock)
 
     def process(self, snapshot: Snapshot) -> Snapshot:
         if self._last is None or self._last[0] != snapshot.seq:
             try:
-                jobs = self._read(snapshot)
+                jobs, pids = self._read(snapshot)
             except Exception:  # noqa: BLE001 - a bug here must not cost the pods or the sample
                 self._limited.log("bug", logging.ERROR, "reading HPC jobs failed; keeping the "
                                   "jobs last read", exc_info=True)
-                jobs = self._last[1] if self._last is not None else MappingProxyType({})
-            self._last = (snapshot.seq, jobs)
-        return replace(snapshot, jobs=self._last[1])
+                jobs, pids = ((self._last[1], self._last[2]) if self._last is not None
+                              else (MappingProxyType({}), None))
+            self._last = (snapshot.seq, jobs, pids)
+        return replace(snapshot, jobs=self._last[1], job_pids=self._last[2])
 
-    def _read(self, snapshot: Snapshot) -> Mapping[str, tuple[JobRef, ...]]:
+    def _read(self, snapshot: Snapshot
+              ) -> tuple[Mapping[str, tuple[JobRef, ...]], frozenset[int] | None]:
         found: dict[str, set[str]] = {}
+        in_jobs: frozenset[int] | None = None
         if self.mapping is not None:
             files = self.mapping.jobs()
             named: set[DeviceKey] = set()
@@ -95,6 +100,7 @@ class JobEnricher:
         if self.slurm is not None:
             pids = {p.pid for s in snapshot.devices for p in s.processes or ()}
             owners = self.slurm.jobs(pids) if pids else {}
+            in_jobs = frozenset(owners)
             for sample in snapshot.devices:
                 for proc in sample.processes or ():
                     job = owners.get(proc.pid)
@@ -109,7 +115,7 @@ class JobEnricher:
                                   len(ordered), uuid, MAX_JOBS_PER_DEVICE)
                 ordered = ordered[:MAX_JOBS_PER_DEVICE]
             out[uuid] = tuple(JobRef(job) for job in ordered)
-        return MappingProxyType(out)
+        return MappingProxyType(out), in_jobs
 
 
 def job_enricher(

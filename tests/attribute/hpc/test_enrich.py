@@ -78,6 +78,9 @@ def test_cgroups_name_the_jobs_of_each_devices_processes_without_a_file(tmp_path
     snap = _node_snapshot(processes={GPU0: (11, 12), MIG_A: (13,), GPU2: (14,)})
     out = JobEnricher(slurm=SlurmJobs(proc)).process(snap)
     assert dict(out.jobs) == {GPU0: refs("2001", "2002"), MIG_A: refs("2001")}
+    assert out.job_pids == {11, 12, 13}  # the session's process is in no job
+    mapped = JobEnricher(MappingWatcher(tmp_path)).process(snap)
+    assert mapped.job_pids is None  # files only: no process is looked up
 
 
 def test_both_sources_are_merged_sorted_once_each(tmp_path):
