@@ -97,14 +97,6 @@ DOCKER_CGROUPS = {
 }
 
 
-@pytest.fixture
-def runtime():
-    from tests.support.container_runtime import FakeRuntime
-
-    with FakeRuntime() as fake:
-        yield fake
-
-
 def _containers(text: str, metric: str) -> dict[tuple[str, str], float]:
     """(device, container name) -> the value of each of ``metric``'s container series."""
     return {(lab["hw_id"], lab["container_name"]): value for lab, value in series(text, metric)}
@@ -112,7 +104,7 @@ def _containers(text: str, metric: str) -> dict[tuple[str, str], float]:
 
 @pytest.mark.slow  # seconds of real time (an idle threshold to pass, a real receiver)
 def test_docker_host_idle_container_and_use_outside_any_container(
-        collector, runtime, receiver, tmp_path):
+        collector, receiver, tmp_path):
     """What a Docker host can show. The runtime's API does not say which GPUs a container
     was given, so a container holds a GPU only while its processes run there: "held with
     no process on it" cannot be seen (a container whose last process ends no longer holds
@@ -121,70 +113,71 @@ def test_docker_host_idle_container_and_use_outside_any_container(
     on its GPU with no activity is idle, past the threshold one record under the
     container's Resource; a process on a GPU no container uses is ``unallocated_device``;
     a host process beside a container's is ``host``."""
-    from tests.support.container_runtime import docker_container
+    from tests.support.container_runtime import FakeRuntime, docker_container
 
-    runtime.set_containers([docker_container(TRAINER, "trainer", "pytorch/pytorch:2.3.1"),
-                            docker_container(NOTEBOOK, "notebook", "jupyter/base:2024"),
-                            docker_container(LLM, "llm", "ollama/ollama:0.5.7")])
-    scenario = tmp_path / "docker.yaml"
-    scenario.write_text(DOCKER_HOST)
-    proc_root = _write_proc(tmp_path / "proc", DOCKER_CGROUPS)
-    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.http_endpoint, **FAST}
-    proc = collector("--simulate", str(scenario), "--kubelet-socket",
-                     str(tmp_path / "no-kubelet.sock"), "--process-usage", "true",
-                     "--proc-root", str(proc_root), "--container-socket", runtime.socket_path,
-                     "--idle-threshold", "2s", env=env)
+    with FakeRuntime() as runtime:  # the Docker API, answering for as long as the test runs
+        runtime.set_containers([docker_container(TRAINER, "trainer", "pytorch/pytorch:2.3.1"),
+                                docker_container(NOTEBOOK, "notebook", "jupyter/base:2024"),
+                                docker_container(LLM, "llm", "ollama/ollama:0.5.7")])
+        scenario = tmp_path / "docker.yaml"
+        scenario.write_text(DOCKER_HOST)
+        proc_root = _write_proc(tmp_path / "proc", DOCKER_CGROUPS)
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.http_endpoint, **FAST}
+        proc = collector("--simulate", str(scenario), "--kubelet-socket",
+                         str(tmp_path / "no-kubelet.sock"), "--process-usage", "true",
+                         "--proc-root", str(proc_root), "--container-socket", runtime.socket_path,
+                         "--idle-threshold", "2s", env=env)
 
-    def idle_past_threshold():
-        text = proc.metrics()
+        def idle_past_threshold():
+            text = proc.metrics()
+            idle = _containers(text, "nvidia_gpu_container_idle_duration_seconds")
+            return text if idle.get((GPU_STUCK, "notebook"), 0) >= 2.0 else None
+
+        text = str(wait_until(idle_past_threshold, 15, "the notebook container idle for 2 s"))
+        # one row per container on its GPU; only the one with no activity is idle
         idle = _containers(text, "nvidia_gpu_container_idle_duration_seconds")
-        return text if idle.get((GPU_STUCK, "notebook"), 0) >= 2.0 else None
+        assert set(idle) == {(GPU_BUSY, "trainer"), (GPU_STUCK, "notebook"), (GPU_MIXED, "llm")}
+        assert idle[(GPU_BUSY, "trainer")] == 0 and idle[(GPU_MIXED, "llm")] == 0
+        allocated = _containers(text, "nvidia_gpu_container_time_allocated_seconds_total")
+        active = _containers(text, "nvidia_gpu_container_time_active_seconds_total")
+        assert allocated[(GPU_BUSY, "trainer")] > 1.0
+        # alone on a whole GPU: its activity is the device's utilization, 60 %
+        assert active[(GPU_BUSY, "trainer")] == pytest.approx(
+            0.6 * allocated[(GPU_BUSY, "trainer")], rel=1e-3)
+        assert allocated[(GPU_STUCK, "notebook")] > 1.0 and active[(GPU_STUCK, "notebook")] == 0
+        # beside a host process: its own SM share, 45 %
+        assert active[(GPU_MIXED, "llm")] == pytest.approx(
+            0.45 * allocated[(GPU_MIXED, "llm")], rel=1e-3)
+        # use outside any container: exactly these two, by kind
+        assert _outside_now(text) == {(GPU_FREE, "unallocated_device"), (GPU_MIXED, "host")}
+        assert _device_counter(text, "nvidia_gpu_time_outside_seconds_total", GPU_FREE) > 0.5
+        assert _device_counter(text, "nvidia_gpu_time_outside_seconds_total", GPU_BUSY) == 0
+        assert _device_counter(text, "nvidia_gpu_time_unallocated_seconds_total", GPU_FREE) > 1.0
+        assert _device_counter(text, "nvidia_gpu_time_unallocated_seconds_total", GPU_BUSY) == 0
 
-    text = str(wait_until(idle_past_threshold, 15, "the notebook container idle for 2 s"))
-    # one row per container on its GPU; only the one with no activity is idle
-    idle = _containers(text, "nvidia_gpu_container_idle_duration_seconds")
-    assert set(idle) == {(GPU_BUSY, "trainer"), (GPU_STUCK, "notebook"), (GPU_MIXED, "llm")}
-    assert idle[(GPU_BUSY, "trainer")] == 0 and idle[(GPU_MIXED, "llm")] == 0
-    allocated = _containers(text, "nvidia_gpu_container_time_allocated_seconds_total")
-    active = _containers(text, "nvidia_gpu_container_time_active_seconds_total")
-    assert allocated[(GPU_BUSY, "trainer")] > 1.0
-    # alone on a whole GPU: its activity is the device's utilization, 60 %
-    assert active[(GPU_BUSY, "trainer")] == pytest.approx(
-        0.6 * allocated[(GPU_BUSY, "trainer")], rel=1e-3)
-    assert allocated[(GPU_STUCK, "notebook")] > 1.0 and active[(GPU_STUCK, "notebook")] == 0
-    # beside a host process: its own SM share, 45 %
-    assert active[(GPU_MIXED, "llm")] == pytest.approx(
-        0.45 * allocated[(GPU_MIXED, "llm")], rel=1e-3)
-    # use outside any container: exactly these two, by kind
-    assert _outside_now(text) == {(GPU_FREE, "unallocated_device"), (GPU_MIXED, "host")}
-    assert _device_counter(text, "nvidia_gpu_time_outside_seconds_total", GPU_FREE) > 0.5
-    assert _device_counter(text, "nvidia_gpu_time_outside_seconds_total", GPU_BUSY) == 0
-    assert _device_counter(text, "nvidia_gpu_time_unallocated_seconds_total", GPU_FREE) > 1.0
-    assert _device_counter(text, "nvidia_gpu_time_unallocated_seconds_total", GPU_BUSY) == 0
-
-    receiver.wait_for_logs(lambda r: r.event_name == IDLE, timeout=10)
-    receiver.wait_for_logs(lambda r: r.event_name == OUTSIDE, timeout=10, count=2)
-    (idle_record,) = _starts(receiver, IDLE)
-    assert idle_record.resource["container.name"] == "notebook"
-    assert idle_record.resource["container.id"] == NOTEBOOK
-    assert "container.name" not in idle_record.attributes  # the Resource's, not the point's
-    assert idle_record.attributes["hw.id"] == GPU_STUCK
-    assert idle_record.attributes["nvidia.gpu.idle.duration"] >= 2.0
-    assert idle_record.severity_text == "WARN"
-    outside = {(r.attributes["hw.id"], r.attributes[KIND]): r
-               for r in _starts(receiver, OUTSIDE)}
-    assert set(outside) == {(GPU_FREE, "unallocated_device"), (GPU_MIXED, "host")}
-    # a GPU no container uses: the node's Resource; one the llm container uses: the llm's
-    assert "container.name" not in outside[(GPU_FREE, "unallocated_device")].resource
-    assert outside[(GPU_MIXED, "host")].resource["container.name"] == "llm"
-    assert "Traceback" not in proc.log
+        receiver.wait_for_logs(lambda r: r.event_name == IDLE, timeout=10)
+        receiver.wait_for_logs(lambda r: r.event_name == OUTSIDE, timeout=10, count=2)
+        (idle_record,) = _starts(receiver, IDLE)
+        assert idle_record.resource["container.name"] == "notebook"
+        assert idle_record.resource["container.id"] == NOTEBOOK
+        assert "container.name" not in idle_record.attributes  # the Resource's, not the point's
+        assert idle_record.attributes["hw.id"] == GPU_STUCK
+        assert idle_record.attributes["nvidia.gpu.idle.duration"] >= 2.0
+        assert idle_record.severity_text == "WARN"
+        outside = {(r.attributes["hw.id"], r.attributes[KIND]): r
+                   for r in _starts(receiver, OUTSIDE)}
+        assert set(outside) == {(GPU_FREE, "unallocated_device"), (GPU_MIXED, "host")}
+        # a GPU no container uses: the node's Resource; one the llm container uses: the llm's
+        assert "container.name" not in outside[(GPU_FREE, "unallocated_device")].resource
+        assert outside[(GPU_MIXED, "host")].resource["container.name"] == "llm"
+        assert "Traceback" not in proc.log
 
 
-# --- a Slurm node: the job mapping directory and Slurm's cgroups, no kubelet, no Docker -------
+# --- a Slurm node: the job mapping directory and Slurm's cgroups, no kubelet ----------------
 
 A100 = "NVIDIA A100-SXM4-80GB"
 JOB_IDLE, JOB_BUSY, JOB_MIXED = "700", "1234", "1235"
-RESUMES_AT = 60
+RESUMES_AT = 40
 """The sample from which the idle job runs a process on its GPU: long past the threshold."""
 RESUMED = [0] * (RESUMES_AT - 1) + [50] * 500
 """GPU 0's utilization per sample: none until the job's process starts, then 50 %."""
@@ -230,15 +223,29 @@ def _jobs(text: str, metric: str) -> dict[tuple[str, str], float]:
             for lab, value in series(text, metric)}
 
 
+@pytest.fixture(params=[False, True], ids=["slurm", "slurm-and-docker"])
+def container_socket(request, tmp_path):
+    """No Docker on the node, or a Docker socket answering with no container."""
+    if not request.param:
+        yield str(tmp_path / "no-docker.sock")
+        return
+    from tests.support.container_runtime import FakeRuntime
+
+    with FakeRuntime() as fake:
+        yield fake.socket_path
+
+
 @pytest.mark.slow  # seconds of real time (an idle threshold to pass, a real receiver)
 def test_slurm_job_holding_a_gpu_with_no_process_and_use_outside_any_job(
-        collector, receiver, tmp_path):
+        collector, receiver, tmp_path, container_socket):
     """Slurm's prolog names GPU 0 for job 700 in the mapping directory, and the job runs
     nothing there (its cgroup has no process on it: the case exporters reading processes
     only cannot see): its idle gauge grows, past the threshold one record under the job's
     Resource, and one more when a process of the job starts there. Job 1234's process on
     GPU 1 (from its cgroup alone, no mapping file) keeps it busy. A process in no job on a
-    GPU no job holds is ``unallocated_device``."""
+    GPU no job holds is ``unallocated_device``; beside job 1235's on GPU 3, ``host``. The
+    same where a Docker socket answers too (its row of processes in no container then
+    holds the jobs' processes as well, which are not outside use)."""
     scenario = tmp_path / "slurm.yaml"
     scenario.write_text(SLURM_NODE)
     proc_root = _write_proc(tmp_path / "proc", SLURM_CGROUPS)
@@ -248,8 +255,7 @@ def test_slurm_job_holding_a_gpu_with_no_process_and_use_outside_any_job(
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.http_endpoint, **FAST}
     proc = collector("--simulate", str(scenario), "--pod-attribution", "false",
                      "--process-usage", "true", "--proc-root", str(proc_root),
-                     "--hpc-job-mapping-dir", str(jobs),
-                     "--container-socket", str(tmp_path / "no-docker.sock"),
+                     "--hpc-job-mapping-dir", str(jobs), "--container-socket", container_socket,
                      "--idle-threshold", "2s", env=env)
 
     def idle_past_threshold():
@@ -266,8 +272,14 @@ def test_slurm_job_holding_a_gpu_with_no_process_and_use_outside_any_job(
     assert allocated[(GPU_STUCK, JOB_IDLE)] > 1.0 and active[(GPU_STUCK, JOB_IDLE)] == 0
     assert active[(GPU_BUSY, JOB_BUSY)] == pytest.approx(
         0.8 * allocated[(GPU_BUSY, JOB_BUSY)], rel=1e-3)
-    assert (GPU_FREE, "unallocated_device") in _outside_now(text)
-    assert _device_counter(text, "nvidia_gpu_time_outside_seconds_total", GPU_FREE) > 0.5
+    assert _outside_now(text) == {(GPU_FREE, "unallocated_device"), (GPU_MIXED, "host")}
+    outside_s = {uuid: _device_counter(text, "nvidia_gpu_time_outside_seconds_total", uuid)
+                 for uuid in (GPU_STUCK, GPU_BUSY, GPU_FREE, GPU_MIXED)}
+    assert outside_s[GPU_STUCK] == outside_s[GPU_BUSY] == 0  # the jobs' own processes
+    assert outside_s[GPU_FREE] > 0.5
+    # beside job 1235's process: the host process's own 20 % of the GPU-seconds counted
+    counted = allocated[(GPU_MIXED, JOB_MIXED)]
+    assert outside_s[GPU_MIXED] == pytest.approx(0.2 * counted, rel=0.05)
     assert _device_counter(text, "nvidia_gpu_time_unallocated_seconds_total", GPU_STUCK) == 0
 
     (start,) = receiver.wait_for_logs(lambda r: r.event_name == IDLE, timeout=10)
@@ -275,11 +287,12 @@ def test_slurm_job_holding_a_gpu_with_no_process_and_use_outside_any_job(
     assert "nvidia.gpu.hpc.job.id" not in start.attributes
     assert start.attributes["hw.id"] == GPU_STUCK and start.attributes[PHASE] == "start"
     assert start.attributes["nvidia.gpu.idle.duration"] >= 2.0
-    (outside,) = receiver.wait_for_logs(
-        lambda r: r.event_name == OUTSIDE and r.attributes["hw.id"] == GPU_FREE, timeout=10)
-    assert outside.attributes[KIND] == "unallocated_device"
-    assert outside.attributes[PHASE] == "start"
-    assert "nvidia.gpu.hpc.job.id" not in outside.resource
+    receiver.wait_for_logs(lambda r: r.event_name == OUTSIDE, timeout=10, count=2)
+    outside = {(r.attributes["hw.id"], r.attributes[KIND]): r
+               for r in _starts(receiver, OUTSIDE)}
+    assert set(outside) == {(GPU_FREE, "unallocated_device"), (GPU_MIXED, "host")}
+    assert "nvidia.gpu.hpc.job.id" not in outside[(GPU_FREE, "unallocated_device")].resource
+    assert outside[(GPU_MIXED, "host")].resource["nvidia.gpu.hpc.job.id"] == JOB_MIXED
 
     # the job's process starts on its GPU: the idle episode ends, under the same Resource
     (end,) = receiver.wait_for_logs(
