@@ -157,17 +157,15 @@ class DirectCollection:
             pairs = stream.observe()
             if not isinstance(pairs, list):
                 pairs = list(pairs)
-        except Exception:
+            if not all(math.isfinite(value) for value, _ in pairs):
+                for value, _ in pairs:
+                    if not math.isfinite(value):
+                        log.warning("Callback returned a non-finite value %s for instrument "
+                                    "%s, ignoring measurement.", value, stream.instrument.name)
+                pairs = [pair for pair in pairs if math.isfinite(pair[0])]
+            if pairs:
+                return stream.series.values(pairs, now)
+        except Exception:  # a callback's bug, or a value or attribute of no usable type
             log.exception("Callback failed for instrument %s.", stream.instrument.name)
-            stream.series.forget_last()
-            return None
-        if not all(math.isfinite(value) for value, _ in pairs):
-            for value, _ in pairs:
-                if not math.isfinite(value):
-                    log.warning("Callback returned a non-finite value %s for instrument %s, "
-                                "ignoring measurement.", value, stream.instrument.name)
-            pairs = [pair for pair in pairs if math.isfinite(pair[0])]
-        if not pairs:
-            stream.series.forget_last()
-            return None
-        return stream.series.values(pairs, now)
+        stream.series.forget_last()
+        return None

@@ -284,3 +284,25 @@ def test_fresh_attribute_objects_each_time_are_the_same_series_kept_once():
         assert all(p.attributes is first for p, first in zip(points, made[0], strict=True))
         assert list(data.ids[0]) == list(range(5))
     assert collected[0].layout is collected[1].layout is collected[2].layout
+
+
+def test_an_attribute_of_no_usable_type_costs_its_instrument_alone(caplog):
+    """A row whose attributes cannot be a series' (a dict value cannot be hashed) is
+    logged and left out of this collection; the other instruments are collected."""
+    from types import SimpleNamespace
+
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+    def instrument(name):
+        return SimpleNamespace(name=name, description="d", unit="1",
+                               instrumentation_scope=InstrumentationScope("t"))
+
+    collection = DirectCollection(Resource.create({}), [
+        (instrument("odd"), Kind.GAUGE, lambda: [(1.0, {"nested": {"a": 1}})]),
+        (instrument("fine"), Kind.GAUGE, lambda: [(2.0, {"gpu": "0"})])])
+    with caplog.at_level(logging.ERROR):
+        data = collection.collect()
+    metrics = data.resource_metrics[0].scope_metrics[0].metrics
+    assert [m.name for m in metrics] == ["fine"]
+    assert "Callback failed for instrument odd" in caplog.text
