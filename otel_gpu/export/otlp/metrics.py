@@ -16,8 +16,9 @@ exporters read them, and retries as they do.
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -113,9 +114,9 @@ Split = tuple[Key, "dict[str, AttributeValue] | None"]
 
 
 class _Plan:
-    """Where each point of a collection goes, kept while the collection's layout stays:
-    per output Resource, its scopes, and per metric the (metric's place, point's place,
-    series id) of each of its points."""
+    """Where each point of a collection goes (kept while a collection with series ids
+    keeps its layout): per output Resource, its scopes, and per metric the (metric's
+    place, point's place, slot) of each of its points."""
 
     __slots__ = ("groups", "layout", "out_layout")
 
@@ -156,13 +157,26 @@ class PodResourceExporter(MetricExporter):
     def regroup(self, data: MetricsData) -> MetricsData:
         """``data`` with each workload's points under its Resource, node first. A
         collection with series ids is regrouped by a plan kept while its layout stays, and
-        keeps its ids (of the points' series, their attributes now without the workload)."""
-        if not isinstance(data, SeriesData) or data.table is None:
-            return self._regroup(data)
-        splits = self._splits.of(data)
-        plan = self._plan
-        if plan is None or plan.layout is not data.layout:
-            plan = self._plan = self._make_plan(data, splits)
+        keeps its ids (of the points' series, their attributes now without the workload);
+        any other is planned afresh, each point its own slot."""
+        if isinstance(data, SeriesData) and data.table is not None:
+            splits = self._splits.of(data)
+            plan = self._plan
+            if plan is None or plan.layout is not data.layout:
+                plan = self._plan = self._make_plan(data, data.layout, iter(data.ids), splits)
+            out, ids = self._apply(plan, data, splits)
+            return SeriesData(resource_metrics=out, ids=ids, layout=plan.out_layout,
+                              table=data.table)
+        sizes = [len(m.data.data_points) for m in flat_metrics(data)]
+        firsts = list(itertools.accumulate(sizes, initial=0))[:-1]
+        slots = [tuple(range(first, first + n)) for first, n in zip(firsts, sizes, strict=True)]
+        slotted: list[Any] = [None] * sum(sizes)
+        out, _ = self._apply(self._make_plan(data, None, iter(slots), slotted), data, slotted)
+        return MetricsData(resource_metrics=out)
+
+    def _apply(self, plan: _Plan, data: MetricsData, splits: list[Any]
+               ) -> tuple[list[ResourceMetrics], list[tuple[int, ...]]]:
+        """The plan's Resources filled with ``data``'s points, and each metric's slots."""
         metrics = list(flat_metrics(data))
         out: list[ResourceMetrics] = []
         ids: list[tuple[int, ...]] = []
@@ -172,23 +186,26 @@ class PodResourceExporter(MetricExporter):
                 made = []
                 for first, places in entries:
                     points = []
-                    for m, p, series in places:
+                    for m, p, slot in places:
                         point = metrics[m].data.data_points[p]
-                        stripped = splits[series][1]
-                        points.append(point if stripped is None else number_point(
-                            stripped, point.start_time_unix_nano, point.time_unix_nano,
-                            point.value))
+                        stripped = splits[slot][1]
+                        if stripped is not None:
+                            point = replace(point, attributes=stripped) if point.exemplars \
+                                else number_point(stripped, point.start_time_unix_nano,
+                                                  point.time_unix_nano, point.value)
+                        points.append(point)
                     made.append(_with_points(metrics[first], points))
-                    ids.append(tuple(series for _, _, series in places))
+                    ids.append(tuple(slot for _, _, slot in places))
                 scope_metrics.append(ScopeMetrics(scope=scope, metrics=made,
                                                   schema_url=scope_schema))
             out.append(ResourceMetrics(resource, scope_metrics, schema_url))
-        return SeriesData(resource_metrics=out, ids=ids, layout=plan.out_layout,
-                          table=data.table)
+        return out, ids
 
-    def _make_plan(self, data: SeriesData, splits: list[Any]) -> _Plan:
+    def _make_plan(self, data: MetricsData, layout: object,
+                   slots: Iterator[tuple[int, ...]], splits: list[Any]) -> _Plan:
+        """Where each point goes: ``slots`` gives each metric's points their slots in
+        ``splits`` (a series' id, or the point's place), whose empty ones are filled."""
         groups_out: list[tuple[Any, Any, list[Any]]] = []
-        ids = iter(data.ids)
         m = 0
         for rm in data.resource_metrics:
             # pod key -> (scope, schema) -> metric name -> (first metric's place, points)
@@ -196,14 +213,14 @@ class PodResourceExporter(MetricExporter):
             for sm in rm.scope_metrics:
                 for metric in sm.metrics:
                     points: Sequence[Any] = metric.data.data_points
-                    for p, (point, series) in enumerate(zip(points, next(ids), strict=True)):
-                        split = splits[series]
+                    for p, (point, slot) in enumerate(zip(points, next(slots), strict=True)):
+                        split = splits[slot]
                         if split is None:
-                            split = splits[series] = self._split(
+                            split = splits[slot] = self._split(
                                 point.attributes or _NO_ATTRIBUTES)
                         scopes = groups.setdefault(split[0], {})
                         by_name = scopes.setdefault((sm.scope, sm.schema_url), {})
-                        by_name.setdefault(metric.name, (m, []))[1].append((m, p, series))
+                        by_name.setdefault(metric.name, (m, []))[1].append((m, p, slot))
                     m += 1
             for key, scopes in groups.items():
                 resource = self._workloads.resource(rm.resource, key)
@@ -213,38 +230,7 @@ class PodResourceExporter(MetricExporter):
         # node first, then pods in a stable order
         keys = self._workloads.keys
         groups_out.sort(key=lambda g: tuple(str(g[0].attributes.get(k, "")) for k in keys))
-        return _Plan(data.layout, groups_out)
-
-    def _regroup(self, data: MetricsData) -> MetricsData:
-        out: list[ResourceMetrics] = []
-        for rm in data.resource_metrics:
-            # pod key -> scope -> metric name -> (metric, points)
-            groups: dict[Key, dict[Any, dict[str, tuple[Any, list[Any]]]]] = {}
-            for sm in rm.scope_metrics:
-                for metric in sm.metrics:
-                    for point in metric.data.data_points:
-                        key, stripped = self._split(point.attributes or _NO_ATTRIBUTES)
-                        if stripped is not None:
-                            point = replace(point, attributes=stripped)
-                        scopes = groups.setdefault(key, {})
-                        metrics = scopes.setdefault((sm.scope, sm.schema_url), {})
-                        metrics.setdefault(metric.name, (metric, []))[1].append(point)
-            for key, scopes in groups.items():
-                resource = self._workloads.resource(rm.resource, key)
-                scope_metrics = [
-                    ScopeMetrics(
-                        scope=scope,
-                        metrics=[_with_points(metric, points)
-                                 for metric, points in metrics.values()],
-                        schema_url=schema_url,
-                    )
-                    for (scope, schema_url), metrics in scopes.items()
-                ]
-                out.append(ResourceMetrics(resource, scope_metrics, rm.schema_url))
-        # node first, then pods in a stable order
-        keys = self._workloads.keys
-        out.sort(key=lambda r: tuple(str(r.resource.attributes.get(k, "")) for k in keys))
-        return MetricsData(resource_metrics=out)
+        return _Plan(layout, groups_out)
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
         return self._inner.force_flush(timeout_millis=timeout_millis)
