@@ -37,6 +37,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.support)
 
 
+@pytest.fixture(autouse=True)
+def _logging_restored() -> Iterator[None]:
+    """A test that runs the CLI points the root handler at its own captured stderr, which
+    pytest closes when the test ends: put the handlers back, or a thread's later line lands
+    on a closed stream and prints "Logging error" into some other test's output."""
+    root, ours = logging.getLogger(), logging.getLogger("otel_gpu")
+    handlers, level, our_level = list(root.handlers), root.level, ours.level
+    try:
+        yield
+    finally:
+        for handler in list(root.handlers):
+            if handler not in handlers:
+                root.removeHandler(handler)
+        for handler in handlers:
+            if handler not in root.handlers:
+                root.addHandler(handler)
+        root.setLevel(level)
+        ours.setLevel(our_level)
+
+
 def _expects_reader_failures(request: pytest.FixtureRequest) -> bool:
     return request.node.get_closest_marker("reader_failures") is not None
 

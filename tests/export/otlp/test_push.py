@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+import threading
+from contextlib import contextmanager
 from types import MappingProxyType
 
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     MetricsData,
     PeriodicExportingMetricReader,
@@ -91,26 +94,36 @@ def test_the_loop_pushes_on_its_interval_and_stops():
     assert exporter.shut and not push._thread.is_alive()
 
 
+@contextmanager
+def _registered_push(**settings):
+    """A push whose source is registered on a provider, shut down in full before the test
+    ends: its final export runs on a thread of its own, which must not outlive the test (a
+    collection through an unregistered reader logs, later, into another test's output)."""
+    before = set(threading.enumerate())
+    source = CollectingReader()
+    push = OtlpPush(RecordingExporter(), source, **settings)
+    provider = MeterProvider(metric_readers=[source, push])
+    try:
+        yield push
+    finally:
+        provider.shutdown(timeout_millis=10_000)
+        assert not [t.name for t in set(threading.enumerate()) - before if t.is_alive()]
+
+
 @pytest.mark.parametrize(("environ", "interval_ms", "timeout_ms"), [
     ({}, 60_000, 30_000),
     ({"OTEL_METRIC_EXPORT_INTERVAL": "250", "OTEL_METRIC_EXPORT_TIMEOUT": "1500"}, 250, 1500),
     ({"OTEL_METRIC_EXPORT_INTERVAL": "soon"}, 60_000, 30_000),
 ])
 def test_interval_and_timeout_come_from_the_sdks_variables(environ, interval_ms, timeout_ms):
-    push = OtlpPush(RecordingExporter(), CollectingReader(), environ=environ)
-    try:
+    with _registered_push(environ=environ) as push:
         assert (push.interval_ms, push.timeout_ms) == (interval_ms, timeout_ms)
-    finally:
-        push.shutdown(timeout_millis=100)
 
 
 def test_settings_win_over_the_variables():
-    push = OtlpPush(RecordingExporter(), CollectingReader(), interval_s=5.0, timeout_s=2.0,
-                    environ={"OTEL_METRIC_EXPORT_INTERVAL": "250"})
-    try:
+    with _registered_push(interval_s=5.0, timeout_s=2.0,
+                          environ={"OTEL_METRIC_EXPORT_INTERVAL": "250"}) as push:
         assert (push.interval_ms, push.timeout_ms) == (5000.0, 2000.0)
-    finally:
-        push.shutdown(timeout_millis=100)
 
 
 VARIABLE = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE"
