@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
 
 from otel_gpu.config import OPTIONS, load
 from otel_gpu.config.settings import EXPORTERS
@@ -74,7 +75,12 @@ def test_each_registered_exporter_has_the_protocols_shape():
             assert hasattr(exporter, member), (exporter, member)
         resource = build_resource(environ={})
         assert all(m.name for m in exporter.prepare(resource))
-        assert isinstance(exporter.readers(resource, CollectingReader()), list)
+        source = CollectingReader()
+        readers = exporter.readers(resource, source)
+        assert isinstance(readers, list)
+        # registered and shut down here: a reader's loop left running would collect, and log,
+        # in whichever test runs a minute later
+        MeterProvider(metric_readers=[source, *readers]).shutdown(timeout_millis=10_000)
         exporter.stop(0.1)
 
 

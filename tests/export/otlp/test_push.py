@@ -139,6 +139,8 @@ def test_cumulative_exporters_share_the_collection_and_delta_keeps_its_own_reade
     readers = [_reader(source), _reader(source, temporality="delta"), _reader(None),
                # the SDK's own variable asks for delta
                _reader(source, {VARIABLE: "delta"})]
+    before = set(threading.enumerate())
+    provider = MeterProvider(metric_readers=[source, *readers])  # no instrument: nothing sent
     try:
         shared, delta, alone, variable = readers
         assert isinstance(shared, OtlpPush) and shared.source is source
@@ -148,8 +150,8 @@ def test_cumulative_exporters_share_the_collection_and_delta_keeps_its_own_reade
         for reader in (delta, alone, variable):
             assert isinstance(reader, PeriodicExportingMetricReader)
     finally:
-        for reader in readers:
-            reader.shutdown(timeout_millis=100)
+        provider.shutdown(timeout_millis=10_000)
+    assert not [t.name for t in set(threading.enumerate()) - before if t.is_alive()]
 
 
 def test_without_a_push_a_collection_is_not_kept_after_it_is_written():
