@@ -4,7 +4,9 @@ Every instrument is an observable one whose callback reads the latest
 snapshot. A callback never calls NVML or the kubelet: each reader collection
 (a Prometheus scrape, an OTLP export) runs every callback again, so anything
 slow here would be paid once per reader per collection. A device's attribute
-sets are made once per snapshot and reused while its pods do not change.
+sets are made once per snapshot and reused while its pods do not change, and a
+row of points is planned once per device layout (which device, which point,
+which attributes): a collection then reads values alone.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
+from operator import is_
 from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
@@ -26,8 +29,13 @@ from otel_gpu.instrument.attributes import (
 )
 from otel_gpu.instrument.catalog import CATALOG
 from otel_gpu.instrument.schema import Kind, Metric, device_observations
-from otel_gpu.snapshot import Device, Snapshot
+from otel_gpu.snapshot import FAILED, Device, Snapshot
 
+_Planned = tuple[int, Callable[[Mapping[str, float]], "float | None"], Mapping[str, Any]]
+"""A point of a row in a layout: its device's place, how its value is read, its attributes."""
+
+MAX_PLANS = 4096
+"""Rows planned at most (one per catalog row: this bounds a catalog that grows)."""
 MAX_NODE_SETS = 16_384
 """Node-level attribute sets remembered at most (one per pod and allocation, reader,
 state...); past this the memory starts over."""
@@ -63,6 +71,10 @@ class Instruments:
         such as ``nvidia.gpu.xid``), by metric and content: the same object for the same
         content every collection, as a device's are (see :class:`_AttributeSets`)."""
         self._per_snapshot: tuple[Snapshot | None, dict[str, _AttributeSets]] = (None, {})
+        self._last_layout: _Layout | None = None
+        self._snapshot_layout: tuple[Snapshot | None, _Layout] = (None, _Layout([], []))
+        self._plans: dict[str, tuple[_Layout, list[_Planned]]] = {}
+        """Per row of points, where its points come from in a layout (see :meth:`_planned`)."""
         self.registered: list[tuple[Any, Kind,
                                     Callable[[], list[tuple[float, Mapping[str, Any]]]]]] = []
         """Each instrument as the meter made it, its kind and its callback, in the order
@@ -111,21 +123,57 @@ class Instruments:
             node_set, name = self._node_set, metric.name
             return [(value, node_set(name, attrs))
                     for value, attrs in metric.per_node(snapshot, self._clock())]
+        layout = self._layout(snapshot)
+        if metric.per_device is None:
+            return self._planned(metric, layout)
         out: list[tuple[float, Mapping[str, Any]]] = []
-        for sample in snapshot.devices:
+        name, node_set = metric.name, self._node_set
+        for sample, sets in zip(snapshot.devices, layout.sets, strict=True):
             points = device_observations(metric, sample)
             if not points:
                 continue
-            sets = self._device_sets(snapshot, sample.device)
             merge = sets.with_info if metric.describes_device else sets.with_point
-            name = metric.name
-            if metric.per_device is not None:  # attributes made afresh: one object per content
-                node_set = self._node_set
-                out.extend([(value, merge(name, node_set(name, attrs)) if attrs
-                             else merge(name, attrs)) for value, attrs in points])
-            else:
-                out.extend([(value, merge(name, attrs)) for value, attrs in points])
+            # attributes made afresh: one object per content
+            out.extend([(value, merge(name, node_set(name, attrs)) if attrs
+                         else merge(name, attrs)) for value, attrs in points])
         return out
+
+    def _planned(self, metric: Metric, layout: _Layout) -> list[tuple[float, Mapping[str, Any]]]:
+        """A row of points: each (device, point) of the layout with its attributes, worked
+        out once per layout, and only the values read per collection (in the order of
+        :func:`~otel_gpu.instrument.schema.device_observations`, device by device)."""
+        plan = self._plans.get(metric.name)
+        if plan is None or plan[0] is not layout.base:
+            if len(self._plans) > MAX_PLANS:
+                self._plans.clear()
+            entries: list[_Planned] = []
+            for index, (sets, failed) in enumerate(zip(layout.sets, layout.failed, strict=True)):
+                if failed and not metric.reported_when_failed:
+                    continue  # a failed device keeps only its status rows
+                merge = sets.with_info if metric.describes_device else sets.with_point
+                entries += [(index, point.value, merge(metric.name, point.attributes))
+                            for point in metric.points]
+            plan = self._plans[metric.name] = (layout.base, entries)
+        values = layout.values
+        return [(value, attrs) for index, value_of, attrs in plan[1]
+                if (value := value_of(values[index])) is not None]
+
+    def _layout(self, snapshot: Snapshot) -> _Layout:
+        """The devices of ``snapshot`` with their attribute sets: the last layout itself
+        while every device keeps its sets and its failed state, so that what was worked
+        out for it holds."""
+        owner, layout = self._snapshot_layout
+        if owner is snapshot:
+            return layout
+        sets = [self._device_sets(snapshot, sample.device) for sample in snapshot.devices]
+        failed = [sample.state == FAILED for sample in snapshot.devices]
+        last = self._last_layout
+        if last is None or failed != last.failed or len(sets) != len(last.sets) \
+                or not all(map(is_, sets, last.sets)):
+            last = self._last_layout = _Layout(sets, failed)
+        layout = _Layout.of(last, [sample.values for sample in snapshot.devices])
+        self._snapshot_layout = (snapshot, layout)
+        return layout
 
     def _node_set(self, name: str, attrs: Mapping[str, Any]) -> dict[str, Any]:
         """``attrs`` as the one object kept for its content within metric ``name``. Per
@@ -164,6 +212,29 @@ class Instruments:
                 sets = self._sets[key] = _AttributeSets(base, info)
             by_uuid[device.uuid] = sets
         return sets
+
+
+class _Layout:
+    """The devices of a snapshot as the rows' plans see them: each device's attribute
+    sets and whether it failed (shared by every snapshot in which they stay the same),
+    and this snapshot's values, device by device."""
+
+    __slots__ = ("failed", "sets", "values", "base")
+
+    def __init__(self, sets: list[_AttributeSets], failed: list[bool]) -> None:
+        self.sets = sets
+        self.failed = failed
+        self.values: list[Mapping[str, float]] = []
+        self.base = self
+        """The layout the plans are kept for (itself, or the one this snapshot shares)."""
+
+    @classmethod
+    def of(cls, base: _Layout, values: list[Mapping[str, float]]) -> _Layout:
+        """``base``'s devices with this snapshot's values."""
+        layout = cls.__new__(cls)
+        layout.sets, layout.failed, layout.values, layout.base = (base.sets, base.failed,
+                                                                  values, base)
+        return layout
 
 
 class _AttributeSets:
