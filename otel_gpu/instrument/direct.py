@@ -33,7 +33,7 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.resources import Resource
 
-from otel_gpu._sdk import number_point
+from otel_gpu._sdk import number_points
 from otel_gpu.instrument.schema import Kind
 from otel_gpu.instrument.series import SeriesData, SeriesTable, Stream
 
@@ -52,8 +52,6 @@ class CollectsDirectly(Protocol):
 
     def collect_with(self, collect: Callable[[], MetricsData | None]) -> None: ...
 
-
-_point = number_point
 
 
 class _Stream:
@@ -112,8 +110,8 @@ class DirectCollection:
                 order = stream.series.written(got, same)
                 changed = changed or order is not before
                 gauge = stream.kind is Kind.GAUGE
-                points = [_point(attributes[i], None if gauge else starts[i], collected, got[i])
-                          for i in order]
+                points = number_points(order, attributes, None if gauge else starts, collected,
+                                       got)
                 instrument = stream.instrument
                 data: Gauge | Sum
                 if gauge:

@@ -199,9 +199,9 @@ def test_the_collections_points_are_the_sdks_own_points():
     what the constructor makes: its type, its fields, its equality."""
     from opentelemetry.sdk.metrics.export import NumberDataPoint
 
-    from otel_gpu.instrument.direct import _point
+    from otel_gpu._sdk import number_points
 
-    made = _point({"a": 1}, None, 2, 3.5)
+    (made,) = number_points([0], [{"a": 1}], None, 2, {0: 3.5})
     expected = NumberDataPoint(attributes={"a": 1}, start_time_unix_nano=None,
                                time_unix_nano=2, value=3.5, exemplars=[])
     assert type(made) is NumberDataPoint

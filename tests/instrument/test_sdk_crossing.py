@@ -39,6 +39,14 @@ def test_points_are_filled_as_the_constructor_makes_them():
                                value=2.5, exemplars=[])
     assert type(made) is NumberDataPoint and made == expected and vars(made) == vars(expected)
     assert hash(_sdk.number_point({}, None, 1, 1.0).time_unix_nano) == 1
+    assert _sdk.number_points is _sdk._filled_points
+    gauge, summed = (_sdk.number_points([1, 0], [{"a": 1}, {"b": 2}], starts, 7, {0: 1.0, 1: 2.5})
+                     for starts in (None, [3, 5]))
+    for points, starts in ((gauge, (None, None)), (summed, (5, 3))):
+        assert [vars(p) for p in points] == [vars(NumberDataPoint(
+            attributes=attrs, start_time_unix_nano=start, time_unix_nano=7,  # type: ignore[arg-type]
+            value=value, exemplars=[])) for attrs, start, value
+            in zip(({"b": 2}, {"a": 1}), starts, (2.5, 1.0), strict=True)]
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.value = 3.0  # type: ignore[misc]
 
