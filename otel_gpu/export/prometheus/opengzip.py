@@ -4,10 +4,12 @@ The ``process_*`` series are read at each scrape, the body once per
 publication. Compressing the body again per scrape, or even only extending
 its CRC over it, costs a scrape time in proportion to the body (megabytes at
 a large node). :class:`OpenGzip` compresses the body up to ``cut`` once,
-flushed to a byte boundary, and keeps the compressor and the CRC there: a
-scrape's lines and the body's tail (``# EOF`` in OpenMetrics, else nothing)
-are compressed by a copy of that compressor, and the CRC is extended over
-them alone. The result is one ordinary gzip member.
+flushed to a byte boundary (a deflate block that is not the last), and keeps
+the CRC there: a scrape's lines and the body's tail (``# EOF`` in OpenMetrics,
+else nothing) are compressed by a deflate stream of their own, whose blocks
+follow, and the CRC is extended over them alone. The result is one ordinary
+gzip member. No compressor is kept between scrapes: one holds a quarter of a
+mebibyte, for lines that refer to nothing in the body before them.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ _TRAILER = struct.Struct("<II")
 class OpenGzip:
     """``body`` gzipped, open at ``cut``: :meth:`with_lines` puts lines in there."""
 
-    __slots__ = ("_compressor", "_crc", "_cut", "_tail", "_whole", "head")
+    __slots__ = ("_crc", "_cut", "_level", "_tail", "_whole", "head")
 
     def __init__(self, body: bytes, cut: int, level: int) -> None:
         if not 0 <= cut <= len(body):
@@ -33,7 +35,7 @@ class OpenGzip:
         self.head = _HEADER + compressor.compress(view[:cut]) + compressor.flush(
             zlib.Z_SYNC_FLUSH)
         """The member up to ``cut``: its header and the body's compressed head."""
-        self._compressor = compressor
+        self._level = level
         self._crc = zlib.crc32(view[:cut])
         self._cut = cut
         self._tail = bytes(view[cut:])
@@ -44,7 +46,7 @@ class OpenGzip:
         if not lines and self._whole is not None:
             return self._whole
         rest = lines + self._tail
-        compressor = self._compressor.copy()
+        compressor = zlib.compressobj(self._level, zlib.DEFLATED, -zlib.MAX_WBITS)
         out = b"".join((self.head, compressor.compress(rest), compressor.flush(),
                         _TRAILER.pack(zlib.crc32(rest, self._crc),
                                       (self._cut + len(rest)) & 0xFFFFFFFF)))

@@ -4,6 +4,7 @@ scrape negotiates, read by the reference parsers, and the gzipped answer one gzi
 from __future__ import annotations
 
 import gzip
+import tracemalloc
 import zlib
 from types import SimpleNamespace
 
@@ -88,6 +89,21 @@ def test_the_gzipped_answer_is_the_bodys_member_open_before_its_tail():
     assert gzip.decompress(opened.with_lines(b"")) == body
     with pytest.raises(ValueError, match="cut 7 outside"):
         OpenGzip(b"short", 7, GZIP_LEVEL)
+
+
+def test_an_open_member_holds_its_bytes_and_no_compressor():
+    """A deflate compressor's state is a quarter of a mebibyte: kept per format written,
+    it would be most of what a small body costs to hold."""
+    body = BODY * 20
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        opened = OpenGzip(body, len(body), GZIP_LEVEL)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < len(opened.head) + 16_384, held
+    assert gzip.decompress(opened.with_lines(b"x 1\n")) == body + b"x 1\n"
 
 
 def _scrape(reader=None, body=BODY):
