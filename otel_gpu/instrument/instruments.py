@@ -31,8 +31,10 @@ from otel_gpu.instrument.catalog import CATALOG
 from otel_gpu.instrument.schema import Kind, Metric, device_observations
 from otel_gpu.snapshot import FAILED, Device, Snapshot
 
-_Planned = tuple[int, Callable[[Mapping[str, float]], "float | None"], Mapping[str, Any]]
-"""A point of a row in a layout: its device's place, how its value is read, its attributes."""
+_Planned = tuple[int, Callable[[str, Mapping[str, Any]], Mapping[str, Any]],
+                 "list[Mapping[str, Any] | None]"]
+"""A device of a row's plan: its place in the snapshot, how a point's attributes are merged
+into its own, and each point's merged attributes once it has had a value."""
 
 MAX_PLANS = 4096
 """Rows planned at most (one per catalog row: this bounds a catalog that grows)."""
@@ -139,24 +141,33 @@ class Instruments:
         return out
 
     def _planned(self, metric: Metric, layout: _Layout) -> list[tuple[float, Mapping[str, Any]]]:
-        """A row of points: each (device, point) of the layout with its attributes, worked
-        out once per layout, and only the values read per collection (in the order of
-        :func:`~otel_gpu.instrument.schema.device_observations`, device by device)."""
+        """A row of points, device by device as :func:`~otel_gpu.instrument.schema.
+        device_observations` reads it, with each point's attributes worked out once per
+        layout, when the point first has a value (most of a MIG instance's never do)."""
         plan = self._plans.get(metric.name)
         if plan is None or plan[0] is not layout.base:
             if len(self._plans) > MAX_PLANS:
                 self._plans.clear()
-            entries: list[_Planned] = []
-            for index, (sets, failed) in enumerate(zip(layout.sets, layout.failed, strict=True)):
-                if failed and not metric.reported_when_failed:
-                    continue  # a failed device keeps only its status rows
-                merge = sets.with_info if metric.describes_device else sets.with_point
-                entries += [(index, point.value, merge(metric.name, point.attributes))
-                            for point in metric.points]
-            plan = self._plans[metric.name] = (layout.base, entries)
-        values = layout.values
-        return [(value, attrs) for index, value_of, attrs in plan[1]
-                if (value := value_of(values[index])) is not None]
+            unmerged: list[Mapping[str, Any] | None] = [None] * len(metric.points)
+            devices: list[_Planned] = [
+                (index, sets.with_info if metric.describes_device else sets.with_point,
+                 unmerged.copy())
+                for index, (sets, failed) in enumerate(zip(layout.sets, layout.failed,
+                                                           strict=True))
+                if not failed or metric.reported_when_failed]  # a failed device: its status
+            plan = self._plans[metric.name] = (layout.base, devices)
+        out: list[tuple[float, Mapping[str, Any]]] = []
+        name, points, values = metric.name, metric.points, layout.values
+        for index, merge, merged in plan[1]:
+            readings = values[index]
+            for place, point in enumerate(points):
+                value = point.value(readings)
+                if value is not None:
+                    attrs = merged[place]
+                    if attrs is None:
+                        attrs = merged[place] = merge(name, point.attributes)
+                    out.append((value, attrs))
+        return out
 
     def _layout(self, snapshot: Snapshot) -> _Layout:
         """The devices of ``snapshot`` with their attribute sets: the last layout itself

@@ -9,6 +9,7 @@ which devices come, go, fail, recover, change holders and lose values.
 
 from __future__ import annotations
 
+import tracemalloc
 from types import MappingProxyType
 
 from hypothesis import HealthCheck, given, settings
@@ -124,3 +125,21 @@ def test_a_device_that_fails_and_recovers_keeps_its_rows_in_step():
         state["snap"] = snapshot(*samples, seq=seq)
         seen.append(sorted(a["hw.id"] for _, a in instruments.pairs(temperature)))
     assert seen == [["GPU-0000", "GPU-1111"], ["GPU-0000"], ["GPU-0000", "GPU-1111"]]
+
+
+def test_a_point_without_a_value_costs_its_plan_no_attributes():
+    """A MIG instance has a value for few of the catalog's points: merging the attributes of
+    every point it might have (a dict of the device's attributes each) would cost megabytes
+    on a node of MIG instances."""
+    devices = [mig_device(f"MIG-{i:04d}", PARENT, i) for i in range(64)]
+    state = {"snap": snapshot(*(DeviceSample(d, OK, MappingProxyType({})) for d in devices))}
+    instruments = Instruments(NoMeter(), lambda: state["snap"])
+    rows = [m for m in ROWS if m.per_device is None]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        assert all(instruments.pairs(metric) == [] for metric in rows)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 1 << 20, f"{held / 2**20:.1f} MiB planned for {len(devices)} devices"
