@@ -20,6 +20,10 @@ import zlib
 _HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
 """A gzip member's header: deflate, no flags, no time, unknown OS (as RFC 1952 allows)."""
 _TRAILER = struct.Struct("<II")
+_LINES_WBITS = 9
+"""The lines' stream looks back 512 bytes at most, at the least memory level (1): a
+compressor of that size is made in a tenth of a full one's time, for the same few lines
+(any inflater reads a stream that looks back less than its window)."""
 
 
 class OpenGzip:
@@ -46,7 +50,7 @@ class OpenGzip:
         if not lines and self._whole is not None:
             return self._whole
         rest = lines + self._tail
-        compressor = zlib.compressobj(self._level, zlib.DEFLATED, -zlib.MAX_WBITS)
+        compressor = zlib.compressobj(self._level, zlib.DEFLATED, -_LINES_WBITS, 1)
         out = b"".join((self.head, compressor.compress(rest), compressor.flush(),
                         _TRAILER.pack(zlib.crc32(rest, self._crc),
                                       (self._cut + len(rest)) & 0xFFFFFFFF)))
