@@ -24,7 +24,7 @@ import random
 import threading
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -415,6 +415,19 @@ class OtlpMetricExporter(MetricExporter):
             return MetricExportResult.FAILURE
         body = self._sender.prepare(self._encoder.serialize(metrics_data))
         return self.send(body, min(self.target.timeout_s, timeout_millis / 1000))
+
+    def export_again(self, layout: object, points: Sequence[Any],
+                     timeout_millis: float = 10_000) -> MetricExportResult | None:
+        """The request last exported for ``layout`` sent again with ``points``' times and
+        values, in its points' order (no data objects made for it); None when that request
+        is not kept: then :meth:`export` the data."""
+        if self._stopped.is_set():
+            return None
+        body = self._encoder.refill(layout, points)
+        if body is None:
+            return None
+        return self.send(self._sender.prepare(body), min(self.target.timeout_s,
+                                                         timeout_millis / 1000))
 
     def send(self, body: bytes, timeout_s: float) -> MetricExportResult:
         """Up to :data:`MAX_ATTEMPTS` sends of one encoded request within ``timeout_s``."""

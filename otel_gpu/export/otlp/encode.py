@@ -117,7 +117,7 @@ class _Template:
         self.layout = layout
         self.pieces = pieces
 
-    def fill(self, points: list[Any]) -> bytes:
+    def fill(self, points: Sequence[Any]) -> bytes:
         out: list[bytes] = [b""] * (2 * len(points) + 1)
         out[0::2] = self.pieces
         out[1::2] = [_time_and_value(p) for p in points]
@@ -215,6 +215,17 @@ class Encoder:
         finally:
             if len(self._by_content) > 2 * (2 * self._points + 64):
                 self._by_content.clear()  # sets this push did not use (finished pods')
+
+    def refill(self, layout: object, points: Sequence[Any]) -> bytes | None:
+        """The request last written for ``layout`` (a :class:`SeriesData`'s) with the times
+        and values of ``points``, which are its points in its order (whatever else they
+        carry); None when that request is not the one kept, or the points do not fit it."""
+        template = self._template
+        if template is None or template.layout is not layout \
+                or len(points) != len(template.pieces) - 1 \
+                or not all(p.time_unix_nano for p in points):
+            return None
+        return template.fill(points)
 
     def attributes(self, attributes: Mapping[str, Any] | None) -> bytes:
         """The attributes as encoded fields of a data point (``attributes = 7``)."""

@@ -313,3 +313,66 @@ def test_collections_with_series_ids_regroup_as_without_them(seed):
         planned += last is not None and mine.layout is last.layout
         last = mine
     assert planned
+
+
+class _Capture:
+    """A sender that keeps each request's bytes."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def prepare(self, body: bytes) -> bytes:
+        return body
+
+    def send(self, body: bytes, timeout_s: float):
+        from otel_gpu.export.otlp.client import Attempt
+
+        self.sent.append(body)
+        return Attempt(True)
+
+    def reconnect(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_push_whose_layout_stays_refills_the_last_request_with_its_values(seed):
+    """Push after push of a node whose pods change: every request sent is the SDK's
+    encoding of the regrouped points, whether it was written afresh or the last one
+    refilled (no data made for it), and while the layout stays it is refilled."""
+    from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+        ExportMetricsServiceRequest,
+    )
+    from opentelemetry.sdk.metrics.export import MetricsData
+
+    from otel_gpu.export.otlp.client import OtlpMetricExporter, target, temporality
+    from tests.support.series_walk import series_walk
+
+    sender = _Capture()
+    where = target(resolve(OtlpSettings(endpoint="http://c:4317", protocol="grpc"), {}), {})
+    pushing = PodResourceExporter(OtlpMetricExporter(where, temporality(None, {}),
+                                                     sender=sender), NODE)
+    slow = PodResourceExporter(RecordingExporter(), NODE)
+    regrouped, refilled = 0, 0
+    original = pushing.regroup
+
+    def counted(data):
+        nonlocal regrouped
+        regrouped += 1
+        return original(data)
+
+    pushing.regroup = counted  # type: ignore[method-assign]
+    for step, collected in enumerate(series_walk(seed, 60)):
+        if collected is None:
+            continue
+        before = regrouped
+        pushing.export(collected)
+        refilled += regrouped == before
+        wanted = encode_metrics(slow.regroup(MetricsData(collected.resource_metrics)))
+        sent = ExportMetricsServiceRequest.FromString(sender.sent[-1])
+        assert sent.SerializeToString(deterministic=True) == \
+            wanted.SerializeToString(deterministic=True), step
+    assert refilled and regrouped, (refilled, regrouped)
