@@ -17,6 +17,7 @@ from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportRes
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
 
 from otel_gpu.export.collected import CUMULATIVE
+from otel_gpu.export.otlp.client import Attempt
 from testkit.otlp_receiver import OtlpReceiver
 
 Exporter = GrpcMetricExporter | HttpMetricExporter
@@ -43,6 +44,27 @@ class RecordingExporter(MetricExporter):
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
         self.shut = True
+
+
+class CapturingSender:
+    """An OTLP exporter's sender (:class:`otel_gpu.export.otlp.client.Sender`) that keeps
+    each request's bytes and answers every send as accepted."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def prepare(self, body: bytes) -> bytes:
+        return body
+
+    def send(self, body: bytes, timeout_s: float) -> Attempt:
+        self.sent.append(body)
+        return Attempt(True)
+
+    def reconnect(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 class RecordingLogExporter(LogRecordExporter):

@@ -315,28 +315,6 @@ def test_collections_with_series_ids_regroup_as_without_them(seed):
     assert planned
 
 
-class _Capture:
-    """A sender that keeps each request's bytes."""
-
-    def __init__(self) -> None:
-        self.sent: list[bytes] = []
-
-    def prepare(self, body: bytes) -> bytes:
-        return body
-
-    def send(self, body: bytes, timeout_s: float):
-        from otel_gpu.export.otlp.client import Attempt
-
-        self.sent.append(body)
-        return Attempt(True)
-
-    def reconnect(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 @pytest.mark.parametrize("seed", range(4))
 def test_a_push_whose_layout_stays_refills_the_last_request_with_its_values(seed):
     """Push after push of a node whose pods change: every request sent is the SDK's
@@ -349,9 +327,10 @@ def test_a_push_whose_layout_stays_refills_the_last_request_with_its_values(seed
     from opentelemetry.sdk.metrics.export import MetricsData
 
     from otel_gpu.export.otlp.client import OtlpMetricExporter, target, temporality
+    from tests.support.exporters import CapturingSender
     from tests.support.series_walk import series_walk
 
-    sender = _Capture()
+    sender = CapturingSender()
     where = target(resolve(OtlpSettings(endpoint="http://c:4317", protocol="grpc"), {}), {})
     pushing = PodResourceExporter(OtlpMetricExporter(where, temporality(None, {}),
                                                      sender=sender), NODE)
