@@ -179,9 +179,9 @@ def marking(counts: Counts, method: Callable[..., Any]) -> Callable[..., Any]:
 NOT_SHIPPED = ("psutil",)
 """Installed beside the benchmark for a comparator (nvitop-exporter needs psutil) but in no
 install of otel-gpu (not a dependency, not in the image's lock). The OpenTelemetry SDK
-imports psutil whenever it is there (0.9 MiB of RSS), so the collector measured here is
-kept from it: the one measured is the one shipped
-(``benchmarks/tests/test_benchmarks.py`` holds the launcher's imports to the lock)."""
+imports psutil whenever it is there (about 0.8 MiB of RSS), so the collector measured
+here is kept from it: the one measured is the one shipped
+(``benchmarks/tests/test_launch.py`` holds a run's imports to the lock)."""
 
 
 def as_shipped() -> None:
