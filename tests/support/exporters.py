@@ -112,3 +112,13 @@ class SdkExporters:
     def shutdown(self) -> None:
         for exporter in self._made:
             exporter.shutdown()
+
+
+class WrittenBody:
+    """An exposition written the same in every style (a render cache's source in tests)."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    def write(self, style: object) -> bytes:
+        return self.body

@@ -83,11 +83,12 @@ class _Rendered:
 
     __slots__ = ("at", "bodies", "key", "served", "source")
 
-    def __init__(self, key: object, at: float, source: bytes | Exposition) -> None:
+    def __init__(self, key: object, at: float, source: bytes | Exposition | None) -> None:
         self.key = key
         self.at = at
         self.source = source
-        """The collection; plain bytes where the render gives text 0.0.4 only."""
+        """The collection; plain bytes where the render gives text 0.0.4 only; None once a
+        newer render began (the bodies written stay)."""
         self.bodies: dict[Style, tuple[bytes, bytes, OpenGzip]] = {}
         self.served: dict[Format, CachedBody] = {}
 
@@ -112,6 +113,8 @@ class _Rendered:
             style = TEXT_0_0_4.style  # the only one it has
         if style in self.bodies:
             return False
+        if source is None:  # a newer render took over: the caller renders anew
+            raise RuntimeError("the collection of a replaced body was asked for a new style")
         body = source if isinstance(source, bytes) else source.write(style)
         cut = len(body) - len(EOF) if style.openmetrics and body.endswith(EOF) else len(body)
         opened = OpenGzip(body, cut, GZIP_LEVEL)
@@ -179,7 +182,8 @@ class RenderCache:
             key = self._key()
             now = self._clock()
             cached = self._cached
-            if cached is None or cached.key != key or now - cached.at >= self._max_age:
+            if cached is None or cached.key != key or now - cached.at >= self._max_age \
+                    or cached.source is None:  # (a render that let it go failed)
                 cached = self._render_now(key, now, ())
             fmt = cached.resolve(fmt)
             self._write(cached, fmt.style)
@@ -227,7 +231,15 @@ class RenderCache:
                      if limit is None or now - asked < limit)
 
     def _render_now(self, key: object, now: float, styles: tuple[Style, ...]) -> _Rendered:
-        """Collect a publication and write ``styles`` from it (under the lock)."""
+        """Collect a publication and write ``styles`` from it (under the lock).
+
+        The body being replaced lets go of its collection first: its written bodies are
+        still served meanwhile (outside the lock), and a style it never wrote is asked of
+        this render (under the lock). So a node holds one collection at a time, not two
+        while the new one is made (at 500 pods a collection's points are a mebibyte)."""
+        old = self._cached
+        if old is not None and not isinstance(old.source, bytes):
+            old.source = None
         cached = _Rendered(key, now, self._render())
         self.renders += 1
         for style in styles:

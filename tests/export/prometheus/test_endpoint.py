@@ -13,6 +13,7 @@ import statistics
 import struct
 import threading
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import bcrypt
@@ -27,6 +28,7 @@ from otel_gpu.export.http.webconfig import WebConfig
 from otel_gpu.export.prometheus.cache import RenderCache
 from testkit.process import connections_left_waiting, http_get, wait_until
 from tests.support.certs import make_certs
+from tests.support.exporters import WrittenBody
 
 
 def _render(registry):
@@ -566,3 +568,43 @@ def test_the_accept_loop_sleeps_until_a_connection_or_the_stop(registry, monkeyp
         srv.stop()
     assert srv._thread is not None and not srv._thread.is_alive()
     assert len(waits) >= 4 and set(waits) == {None}, waits
+
+
+def test_a_new_render_starts_after_the_old_body_let_go_of_its_collection(clock):
+    """Each body kept the collection it was written from until the next body replaced it,
+    so that two collections were alive while a new one was made (a mebibyte each at 500
+    pods). The old body is still served, in the formats it has written."""
+    made: list[weakref.ref] = []
+    alive_at_render: list[bool] = []
+
+    def render():
+        alive_at_render.append(any(ref() is not None for ref in made))
+        source = WrittenBody(f"demo_seq {len(made)}\n".encode())
+        made.append(weakref.ref(source))
+        return source
+
+    key = {"seq": 1}
+    cache = RenderCache(render, lambda: key["seq"], max_age=100.0, clock=clock)
+    first = cache.get()
+    assert first.body == b"demo_seq 0\n"
+    key["seq"] = 2
+    cache.refresh()
+    assert alive_at_render == [False, False]
+    assert cache.get().body == b"demo_seq 1\n"
+
+
+def test_a_render_that_fails_after_the_old_body_let_go_is_retried_by_the_next_scrape(clock):
+    bodies = iter([b"one\n", RuntimeError("bug"), b"three\n"])
+
+    def render():
+        got = next(bodies)
+        if isinstance(got, Exception):
+            raise got
+        return WrittenBody(got)
+
+    key = {"seq": 1}
+    cache = RenderCache(render, lambda: key["seq"], max_age=100.0, clock=clock)
+    assert cache.get().body == b"one\n"
+    key["seq"] = 2
+    cache.refresh()  # fails, logged; the old body has let go of its collection
+    assert cache.get().body == b"three\n" and cache.renders == 2
