@@ -38,9 +38,6 @@ into its own, and each point's merged attributes once it has had a value."""
 
 MAX_PLANS = 4096
 """Rows planned at most (one per catalog row: this bounds a catalog that grows)."""
-MAX_NODE_SETS = 16_384
-"""Node-level attribute sets remembered at most (one per pod and allocation, reader,
-state...); past this the memory starts over."""
 
 
 class Instruments:
@@ -68,10 +65,9 @@ class Instruments:
         self._attr_cache: dict[tuple[Device, str | None, int | None],
                                dict[str, str | int]] = {}
         self._sets: dict[tuple, _AttributeSets] = {}
-        self._node_sets: dict[tuple[str, tuple], dict[str, Any]] = {}
-        """Attributes a row makes afresh each time (a node-level row's, or a device row's own
-        such as ``nvidia.gpu.xid``), by metric and content: the same object for the same
-        content every collection, as a device's are (see :class:`_AttributeSets`)."""
+        self._node_last: dict[str, list[Mapping[str, Any]]] = {}
+        """A node-level row's sets of the last collection, in order (see
+        :meth:`_node_points`)."""
         self._per_snapshot: tuple[Snapshot | None, dict[str, _AttributeSets]] = (None, {})
         self._last_layout: _Layout | None = None
         self._snapshot_layout: tuple[Snapshot | None, _Layout] = (None, _Layout([], []))
@@ -122,22 +118,19 @@ class Instruments:
         if snapshot is None:
             return []
         if metric.per_node is not None:
-            node_set, name = self._node_set, metric.name
-            return [(value, node_set(name, attrs))
-                    for value, attrs in metric.per_node(snapshot, self._clock())]
+            return self._node_points(metric, snapshot)
         layout = self._layout(snapshot)
         if metric.per_device is None:
             return self._planned(metric, layout)
         out: list[tuple[float, Mapping[str, Any]]] = []
-        name, node_set = metric.name, self._node_set
+        name = metric.name
         for sample, sets in zip(snapshot.devices, layout.sets, strict=True):
             points = device_observations(metric, sample)
             if not points:
                 continue
             merge = sets.with_info if metric.describes_device else sets.with_point
-            # attributes made afresh: one object per content
-            out.extend([(value, merge(name, node_set(name, attrs)) if attrs
-                         else merge(name, attrs)) for value, attrs in points])
+            # attributes made afresh: the merged set is one object per content
+            out.extend([(value, merge(name, attrs)) for value, attrs in points])
         return out
 
     def _planned(self, metric: Metric, layout: _Layout) -> list[tuple[float, Mapping[str, Any]]]:
@@ -186,21 +179,29 @@ class Instruments:
         self._snapshot_layout = (snapshot, layout)
         return layout
 
-    def _node_set(self, name: str, attrs: Mapping[str, Any]) -> dict[str, Any]:
-        """``attrs`` as the one object kept for its content within metric ``name``. Per
-        metric: 1, 1.0 and True are equal as keys but other labels, and only within one
-        metric does the first one seen stand for the others (as the SDK keeps a series'
-        first attributes)."""
-        try:
-            key = (name, tuple(attrs.items()))
-            found = self._node_sets.get(key)
-        except TypeError:  # a value that cannot be hashed (a list): a copy of its own
-            return dict(attrs)
-        if found is None:
-            if len(self._node_sets) > MAX_NODE_SETS:  # pods and readers since the last clear
-                self._node_sets.clear()
-            found = self._node_sets[key] = dict(attrs)
-        return found
+    def _node_points(self, metric: Metric, snapshot: Snapshot,
+                     ) -> list[tuple[float, Mapping[str, Any]]]:
+        """A node-level row's points, each set the last collection's at its place while
+        equal to it: the same object every collection while the rows stay, as a device's
+        sets are. A producer handing the same objects again (the GPU time rows, the
+        allocations while the kubelet's answer stays) has them taken as they are; one
+        making them afresh (the energy rows) has each compared with the one before it.
+        Nothing is kept per set beyond the set (a key of its pairs, kept once, cost
+        more than the set itself)."""
+        assert metric.per_node is not None
+        last = self._node_last.get(metric.name, ())
+        count = len(last)
+        out: list[tuple[float, Mapping[str, Any]]] = []
+        for place, (value, attrs) in enumerate(metric.per_node(snapshot, self._clock())):
+            if place < count:
+                kept = last[place]
+                if kept is attrs or kept == attrs:
+                    out.append((value, kept))
+                    continue
+            # a producer never changes a set it handed out: the set itself is kept
+            out.append((value, attrs if isinstance(attrs, dict) else dict(attrs)))
+        self._node_last[metric.name] = [attrs for _, attrs in out]
+        return out
 
     def _device_sets(self, snapshot: Snapshot, device: Device) -> _AttributeSets:
         """The device's attribute sets in ``snapshot``: made once per snapshot, and the same

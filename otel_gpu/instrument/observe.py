@@ -26,7 +26,7 @@ from otel_gpu.instrument.schema import MILLI, Kind, Metric, Observation
 from otel_gpu.sample.readers import fabric_cluster_uuid
 from otel_gpu.sample.sources import FABRIC_CLIQUE_ID
 from otel_gpu.snapshot import STATES, DeviceSample, PodUsage, Snapshot
-from otel_gpu.workload import CONTAINER_ATTRIBUTES, POD_ATTRIBUTES
+from otel_gpu.workload import CONTAINER_ATTRIBUTES, POD_ATTRIBUTES, AllocationRow
 
 
 def status(sample: DeviceSample) -> Iterable[Observation]:
@@ -98,12 +98,30 @@ def devices(snapshot: Snapshot, now: float) -> Iterable[Observation]:
         yield float(count), {HW_STATE: state}
 
 
-def allocations(snapshot: Snapshot, now: float) -> Iterable[Observation]:
-    for row in snapshot.allocations():
-        attrs = {HW_ID: row.uuid, **row.ref.attributes(), K8S_RESOURCE: row.resource_name}
-        if row.replica is not None:
-            attrs[REPLICA] = str(row.replica)
-        yield 1.0, attrs
+class _AllocationSets:
+    """The allocation rows' attribute sets, made once per kubelet answer: the rows are the
+    same tuple while the answer (and the devices) stay, so are their sets, and a
+    collection at 500 pods looks at none of their contents."""
+
+    def __init__(self) -> None:
+        self._last: tuple[tuple[AllocationRow, ...], list[Observation]] = ((), [])
+
+    def __call__(self, snapshot: Snapshot, now: float) -> Iterable[Observation]:
+        rows = snapshot.allocations()
+        last = self._last  # one read: another thread may replace it meanwhile
+        if last[0] is not rows:
+            last = self._last = (rows, [(1.0, _allocation_set(row)) for row in rows])
+        return last[1]
+
+
+def _allocation_set(row: AllocationRow) -> dict[str, str]:
+    attrs = {HW_ID: row.uuid, **row.ref.attributes(), K8S_RESOURCE: row.resource_name}
+    if row.replica is not None:
+        attrs[REPLICA] = str(row.replica)
+    return attrs
+
+
+allocations = _AllocationSets()
 
 
 def allocated(snapshot: Snapshot, now: float) -> Iterable[Observation]:

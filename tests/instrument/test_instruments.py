@@ -10,6 +10,7 @@ which devices come, go, fail, recover, change holders and lose values.
 from __future__ import annotations
 
 import tracemalloc
+from operator import is_
 from types import MappingProxyType
 
 from hypothesis import HealthCheck, given, settings
@@ -22,11 +23,11 @@ from otel_gpu.instrument.attributes import (
 )
 from otel_gpu.instrument.catalog import CATALOG, all_sources
 from otel_gpu.instrument.instruments import Instruments
-from otel_gpu.instrument.schema import Metric, device_observations
+from otel_gpu.instrument.schema import Kind, Metric, device_observations
 from otel_gpu.snapshot import FAILED, OK, Attribution, DeviceSample, Pods, Snapshot
 from otel_gpu.workload import Holder, PodRef
 from tests.support.providers import NoMeter
-from tests.support.snapshots import gpu_device, mig_device, snapshot
+from tests.support.snapshots import ReadCounted, gpu_device, mig_device, snapshot
 
 PARENT = gpu_device("GPU-0000", 0)
 DEVICES = (PARENT, gpu_device("GPU-1111", 1), gpu_device("GPU-2222", 2),
@@ -143,3 +144,63 @@ def test_a_point_without_a_value_costs_its_plan_no_attributes():
     finally:
         tracemalloc.stop()
     assert held < 1 << 20, f"{held / 2**20:.1f} MiB planned for {len(devices)} devices"
+
+
+def _pods_snapshot(count: int, seq: int = 1) -> Snapshot:
+    holders = tuple(Holder(PodRef(f"pod-{i}", "bench", "srv"), i, "nvidia.com/gpu", True)
+                    for i in range(count))
+    return snapshot(DeviceSample(DEVICES[1], OK, MappingProxyType({})), seq=seq,
+                    pods=Pods(Attribution({DEVICES[1].uuid: holders})))
+
+
+def test_a_node_row_handed_its_last_sets_again_reads_none_of_their_contents():
+    """A key of every pair was built for each set of every collection (a tenth of a
+    collection's CPU at 500 pods); a producer handing the same objects again (the GPU time
+    rows, the allocations while the kubelet's answer stays) now has them taken as they are."""
+    sets = [ReadCounted({"k8s.pod.name": f"p{i}", "hw.id": "GPU-1111"}) for i in range(50)]
+    row = Metric("test.node.row", Kind.GAUGE, "1", "stable sets",
+                 per_node=lambda snap, now: [(1.0, s) for s in sets])
+    state = {"snap": snapshot(seq=1)}
+    instruments = Instruments(NoMeter(), lambda: state["snap"], catalog=(row,))
+    first = instruments.pairs(row)
+    ReadCounted.reads = 0
+    state["snap"] = snapshot(seq=2)
+    again = instruments.pairs(row)
+    assert ReadCounted.reads == 0
+    assert [a for _, a in again] == [a for _, a in first] and all(map(is_, [a for _, a in again],
+                                                                      [a for _, a in first]))
+    sets[3] = ReadCounted({"k8s.pod.name": "p3", "hw.id": "GPU-1111"})  # a new object, same
+    third = instruments.pairs(row)
+    assert third[3][1] is first[3][1]  # equal to the set before it at its place
+
+
+def test_the_allocation_rows_are_the_same_sets_while_the_kubelets_answer_stays():
+    allocation = next(m for m in CATALOG if m.name == "nvidia.gpu.k8s.allocation")
+    state = {"snap": _pods_snapshot(20)}
+    instruments = Instruments(NoMeter(), lambda: state["snap"])
+    first = [a for _, a in instruments.pairs(allocation)]
+    pods = state["snap"].pods
+    state["snap"] = snapshot(DeviceSample(DEVICES[1], OK, MappingProxyType({})), seq=2,
+                             pods=pods)
+    assert all(map(is_, [a for _, a in instruments.pairs(allocation)], first))
+    assert allocation.per_node is not None
+    made = [a for _, a in allocation.per_node(state["snap"], 0.0)]
+    assert all(map(is_, made, first)), "the producer made its sets anew"
+
+
+def test_a_pods_node_level_sets_hold_no_pair_per_attribute():
+    """Each node-level set was kept under a key of its (name, value) pairs beside a copy of
+    itself: 764 bytes a series at 500 pods (the set, its replica string and its pair
+    with the value: 408)."""
+    allocation = next(m for m in CATALOG if m.name == "nvidia.gpu.k8s.allocation")
+    state = {"snap": _pods_snapshot(500)}
+    instruments = Instruments(NoMeter(), lambda: state["snap"])
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        pairs = instruments.pairs(allocation)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    per_series = held / len(pairs)
+    assert len(pairs) == 500 and per_series < 500, f"{per_series:.0f} bytes a series"

@@ -112,3 +112,25 @@ def snapshot(
         devices=tuple(samples),
         **fields,
     )
+
+
+class ReadCounted(dict):
+    """Attributes that count how often their content is read (names, values or pairs)."""
+
+    reads = 0
+
+    def __iter__(self):
+        ReadCounted.reads += 1
+        return super().__iter__()
+
+    def keys(self):
+        ReadCounted.reads += 1
+        return super().keys()
+
+    def values(self):
+        ReadCounted.reads += 1
+        return super().values()
+
+    def items(self):
+        ReadCounted.reads += 1
+        return super().items()
