@@ -7,10 +7,18 @@ set again each ``--interval`` (what a hand-written exporter's update loop
 does), and the body rendered on every request by prometheus_client's own
 HTTP server, as such an exporter serves it.
 
+With ``--kubelet SOCKET`` (``promclient+kubelet`` in the reports) it also does
+what such an exporter must do to put pods on its series: ask the kubelet's Pod
+Resources API for them every second (the collector's ``--kubelet-interval`` in
+the benchmark) through grpcio and the API's generated messages, and keep the
+answer's devices per container. Its RSS is then the one to hold the collector's
+against on a node with pods, where gRPC and protobuf are a third of both.
+
 ``static``: the collector's body, rendered once, served from memory by a
 keep-alive http.server: the floor any exporter written in Python can reach.
 
     python -m benchmarks.baselines promclient|static --series FILE --port-file FILE
+                                   [--kubelet SOCKET]
 """
 
 from __future__ import annotations
@@ -45,6 +53,37 @@ def series_file(body: str) -> list[dict]:
     return out
 
 
+PROMCLIENT_KUBELET = "promclient+kubelet"
+"""The promclient baseline asking the kubelet for its pods (``--kubelet``)."""
+KUBELET_INTERVAL = 1.0
+
+
+def poll_kubelet(socket_path: str, interval: float, answers: list[int]) -> None:
+    """Ask the kubelet for its pods every ``interval``, keeping each container's devices
+    from the latest answer; ``answers`` gets the count of each answer's containers."""
+    import grpc
+
+    from otel_gpu.attribute.k8s._proto.podresources.v1 import api_pb2
+
+    channel = grpc.insecure_channel(f"unix://{socket_path}")
+    ask = channel.unary_unary(
+        "/v1.PodResourcesLister/List",
+        request_serializer=api_pb2.ListPodResourcesRequest.SerializeToString,
+        response_deserializer=api_pb2.ListPodResourcesResponse.FromString)
+    devices: dict[tuple[str, str, str], list[str]] = {}
+    while True:
+        try:
+            response = ask(api_pb2.ListPodResourcesRequest(), timeout=5.0)
+        except grpc.RpcError:
+            pass
+        else:
+            devices = {(pod.namespace, pod.name, c.name):
+                       [i for d in c.devices for i in d.device_ids]
+                       for pod in response.pod_resources for c in pod.containers}
+            answers.append(len(devices))
+        time.sleep(interval)
+
+
 def announce(port_file: Path, port: int) -> None:
     """Write the port atomically: the harness reads the file once it exists."""
     tmp = port_file.with_suffix(".tmp")
@@ -52,7 +91,8 @@ def announce(port_file: Path, port: int) -> None:
     os.replace(tmp, port_file)
 
 
-def serve_promclient(families: list[dict], interval: float, port_file: Path) -> None:
+def serve_promclient(families: list[dict], interval: float, port_file: Path,
+                     kubelet: str | None = None) -> None:
     import prometheus_client
     from prometheus_client import Counter, Gauge, start_http_server
 
@@ -79,6 +119,15 @@ def serve_promclient(families: list[dict], interval: float, port_file: Path) -> 
             time.sleep(interval)
 
     threading.Thread(target=update, daemon=True).start()
+    if kubelet is not None:
+        answers: list[int] = []
+        threading.Thread(target=poll_kubelet, args=(kubelet, KUBELET_INTERVAL, answers),
+                         daemon=True).start()
+        deadline = time.monotonic() + 60
+        while not answers:  # serving only once it has the pods, as the collector does
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the kubelet at {kubelet} never answered")
+            time.sleep(0.01)
     server, _ = start_http_server(0, addr="127.0.0.1")
     announce(port_file, server.server_port)
     threading.Event().wait()
@@ -120,11 +169,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="the series file (promclient) or body file (static)")
     parser.add_argument("--port-file", type=Path, required=True)
     parser.add_argument("--interval", type=float, default=10.0)
+    parser.add_argument("--kubelet", help="promclient: a Pod Resources socket to ask")
     args = parser.parse_args(argv)
     if args.kind == "static":
         serve_static(args.series.read_bytes(), args.port_file)
     else:
-        serve_promclient(json.loads(args.series.read_text()), args.interval, args.port_file)
+        serve_promclient(json.loads(args.series.read_text()), args.interval, args.port_file,
+                         args.kubelet)
     return 0
 
 

@@ -1,6 +1,10 @@
 """Resident memory and CPU per sample, side by side: the collector, the collector of
 another checkout, and a prometheus_client exporter holding the same series.
 
+On a node with pods the prometheus_client exporter also runs asking the fake
+kubelet for its pods through gRPC (``promclient+kubelet``), as an exporter putting
+pods on its series must: the collector's RSS is held against that one there.
+
 Every system named runs at once on the same node of the simulator, each scraped
 with gzip once per interval by its own client (the harness's *paced* phase).
 CPU is read over the same windows for all (so a slow second slows all alike),
@@ -23,6 +27,7 @@ import threading
 import time
 from pathlib import Path
 
+from benchmarks.baselines import PROMCLIENT_KUBELET
 from benchmarks.report import spread
 from benchmarks.run import ROOT, Bench, Paced, Settings, window_cpu, window_seconds
 from testkit.scenarios import NODES, node_list
@@ -50,6 +55,9 @@ def measure(name: str, baseline: Path | None, windows: int, seconds: float) -> d
             if baseline is not None:
                 servers[BASE] = bench.start("otel-gpu", node, interval, root=baseline)[0]
             servers["promclient"] = bench.start("promclient", node, interval)[0]
+            if node.pods:
+                servers[PROMCLIENT_KUBELET] = bench.start(PROMCLIENT_KUBELET, node,
+                                                          interval)[0]
             warm = 3 * interval  # the first samples, and rendering turned on
             until = time.monotonic() + warm + windows * seconds + interval
             clients = {k: Paced(s.port, interval, until)  # type: ignore[arg-type]
@@ -84,19 +92,25 @@ def measure(name: str, baseline: Path | None, windows: int, seconds: float) -> d
 
 def table(results: dict[str, dict[str, dict]]) -> str:
     """Markdown: per node and system, CPU per interval and RSS, median (min-max) over the
-    windows, CPU over the collector's taken window by window, and RSS over promclient's."""
+    windows, CPU over the collector's taken window by window, and RSS over promclient's
+    and, on a node with pods, over promclient+kubelet's."""
     lines = ["| node | system | CPU per sample interval (ms) | CPU over otel-gpu's, per window "
-             "| RSS (MiB) | peak RSS (MiB) | RSS over promclient |",
-             "|---|---|---|---|---|---|---|"]
+             "| RSS (MiB) | peak RSS (MiB) | RSS over promclient "
+             "| RSS over promclient+kubelet |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, by_system in results.items():
         ref = statistics.median(by_system["promclient"]["rss_mib"])
+        asking = by_system.get(PROMCLIENT_KUBELET)
+        ref_asking = statistics.median(asking["rss_mib"]) if asking else None
         own = by_system["otel-gpu"]["cpu_ms"]
         for system, got in by_system.items():
             rss = statistics.median(got["rss_mib"])
             ratios = [v / o for v, o in zip(got["cpu_ms"], own, strict=True) if o]
             over = spread(ratios) if system != "otel-gpu" else "-"
+            over_asking = f"{rss / ref_asking:.2f}" if ref_asking else "-"
             lines.append(f"| {name} | {system} | {spread(got['cpu_ms'])} | {over} | "
-                         f"{spread(got['rss_mib'])} | {got['peak_mib']:.1f} | {rss / ref:.2f} |")
+                         f"{spread(got['rss_mib'])} | {got['peak_mib']:.1f} | {rss / ref:.2f} "
+                         f"| {over_asking} |")
     return "\n".join(lines) + "\n"
 
 

@@ -84,7 +84,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks import peer
-from benchmarks.baselines import series_file
+from benchmarks.baselines import PROMCLIENT_KUBELET, series_file
 from benchmarks.report import FIGURES, KINDS, spread, table
 from testkit.scenarios import (
     NODES,
@@ -443,10 +443,14 @@ class Bench:
             ready = time.monotonic() - server.started
             server.counts_port = peer.counts_port(counts, server.alive)
             return server, ready
+        asks = kind == PROMCLIENT_KUBELET
+        if asks:
+            kind = "promclient"
         source = self.series[node.name] if kind == "promclient" else self.bodies[node.name]
         server = Server([sys.executable, "-m", "benchmarks.baselines", kind, "--series",
                          str(source), "--port-file", str(port_file),
-                         "--interval", f"{interval:g}"], port_file)
+                         "--interval", f"{interval:g}",
+                         *(["--kubelet", self._socket(node)] if asks else [])], port_file)
         return server, server.wait_ready("/metrics")
 
     def capture(self, node: Node) -> None:

@@ -15,9 +15,9 @@ import yaml
 
 from benchmarks import peer
 from benchmarks import run as bench
-from benchmarks.baselines import series_file
+from benchmarks.baselines import PROMCLIENT_KUBELET, series_file
 from otel_gpu.sim.scenario import load_scenario
-from testkit.scenarios import NODES, scenario, write_scenario
+from testkit.scenarios import NODES, Node, scenario, write_scenario
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -286,3 +286,27 @@ def test_the_paired_run_refuses_what_it_cannot_compare(argv: list[str], capsys) 
         paired.main(argv)
     assert stopped.value.code == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_the_baseline_asking_the_kubelet_polls_it_and_holds_the_collectors_series(
+        tmp_path: Path) -> None:
+    """On a node with pods the collector's RSS is held against a prometheus_client exporter
+    that pays for gRPC too: it must ask the kubelet as the collector does, every second,
+    and serve the same series as the plain one."""
+    node = Node("pods-4", 2, pods=4, reps=1)
+    harness = bench.Bench(tmp_path, bench.Settings(interval=1.0))
+    try:
+        harness.capture(node)  # the collector asked it too
+        kubelet = harness.kubelets[node.name]
+        asked = kubelet.calls["v1/List"]  # type: ignore[attr-defined]
+        server = harness.start(PROMCLIENT_KUBELET, node, 1.0)[0]
+        try:
+            assert kubelet.wait_for_calls("v1/List", asked + 2)  # type: ignore[attr-defined]
+            body = bench.fetch(server.port)  # type: ignore[arg-type]
+            imported = Path(f"/proc/{server.proc.pid}/maps").read_text()
+        finally:
+            server.stop()
+    finally:
+        harness.close()
+    assert bench.series_count(body, "nvidia_gpu_k8s_allocation") == 4
+    assert "cygrpc" in imported
