@@ -81,3 +81,37 @@ def test_every_foreign_variable_passes_the_cheap_look_before_the_tables():
     assert names and all(name.startswith(FOREIGN_PREFIX) for name in names)
     with pytest.raises(Exception, match="DCGM_EXPORTER_LISTEN"):
         refuse_foreign_variables({"DCGM_EXPORTER_LISTEN": ":9401"})
+
+
+_EVENTS_PROBE = """
+import sys, time
+from otel_gpu import sim
+from otel_gpu.config import load
+from otel_gpu.sample.library import Nvml
+from otel_gpu.wiring import Service
+sim.install(sim.FakeNvml(sim.load_scenario("t4")))
+environ = {"OTEL_EXPORTER_OTLP_ENDPOINT": sys.argv[1]} if sys.argv[1] else {}
+config = load({"listen": "127.0.0.1:0", "pod_attribution": "false"}, environ=environ)
+service = Service(config, Nvml(), environ=environ)
+service.start()
+deadline = time.monotonic() + 30
+while service.store.latest is None and time.monotonic() < deadline:
+    time.sleep(0.01)
+print(service.store.latest is not None, "otel_gpu.export.events.detector" in sys.modules,
+      "otel_gpu.export.http.basic_auth" in sys.modules, "hashlib" in sys.modules)
+service.stop(0.5)
+"""
+
+
+@pytest.mark.parametrize(("endpoint", "loaded"), [
+    ("", ["True", "False", "False", "False"]),
+    # OTLP's HTTP client loads hashlib itself
+    ("http://127.0.0.1:9", ["True", "True", "False", "True"])])
+def test_a_collector_loads_what_it_uses_only(endpoint, loaded):
+    """A simulated node without users or OTLP once held a mebibyte it never used: the GPU
+    event detection only the OTLP logs pipeline reads (a third of one), the basic auth
+    module and hashlib's OpenSSL binding (the simulator's uuid5 loaded it too)."""
+    out = subprocess.run([sys.executable, "-c", _EVENTS_PROBE, endpoint], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == loaded

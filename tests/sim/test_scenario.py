@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import uuid
 
 import pynvml
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from otel_gpu.errors import SetupError
 from otel_gpu.sim import ScenarioError, load_scenario
+from otel_gpu.sim.scenario._checks import uuid5
 from tests.sim.helpers import handles, next_sample, write
 
 
@@ -194,3 +198,8 @@ def test_scenario_files_are_read_safely(tmp_path):
         load_scenario("/dev/zero")
     with pytest.raises(ScenarioError, match=r"no such file or built-in profile"):
         load_scenario("a\x00b")
+
+
+@given(st.text(max_size=64), st.uuids())
+def test_the_scenarios_uuid5_is_the_standard_librarys(name, namespace):
+    assert uuid5(name, namespace) == uuid.uuid5(namespace, name)

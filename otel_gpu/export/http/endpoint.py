@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from otel_gpu import __version__
 from otel_gpu._log import describe, where
 from otel_gpu.config import Config
-from otel_gpu.export.http.basic_auth import AuthBusy, BasicAuth
 from otel_gpu.export.http.connection import BoundedHandler
 from otel_gpu.export.http.server import (
     HEAD_TIMEOUT_S,
@@ -27,6 +27,9 @@ from otel_gpu.export.http.server import (
 )
 from otel_gpu.export.http.webconfig import WebConfig, load_web_config
 from otel_gpu.export.seam import Scrape
+
+if TYPE_CHECKING:
+    from otel_gpu.export.http.basic_auth import BasicAuth
 
 ReadyCheck = Callable[[], "tuple[bool, str]"]
 """Whether the collector is ready, and why (what /readyz answers)."""
@@ -89,6 +92,8 @@ class _Handler(BoundedHandler):
     def _metrics(self) -> None:
         server = self.server
         if server.auth:
+            from otel_gpu.export.http.basic_auth import AuthBusy  # loaded with the users
+
             try:
                 allowed = server.auth.check(self.headers.get("Authorization"))
             except AuthBusy:
@@ -145,7 +150,12 @@ class MetricsServer(BoundedServer):
     ) -> None:
         self.cache = cache
         self.readiness = readiness
-        self.auth = BasicAuth(web.users if web is not None else {})
+        self.auth: BasicAuth | None = None
+        """None without users: bcrypt's checks and hashlib stay unloaded (0.7 MiB)."""
+        if web is not None and web.users:
+            from otel_gpu.export.http.basic_auth import BasicAuth
+
+            self.auth = BasicAuth(web.users)
         super().__init__(address, _Handler, tls=web.tls if web is not None else None,
                          extra_headers=web.headers if web is not None else (),
                          max_connections=max_connections, head_timeout=head_timeout,

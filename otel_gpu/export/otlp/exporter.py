@@ -3,7 +3,9 @@
 Both read :class:`~otel_gpu.export.otlp.transport.OtlpSettings` and send to the
 same place over the same transport. The exporters (and the SDK's logs module,
 which reads variables at import time) are imported only once an exporter is
-used, after :mod:`otel_gpu.export.sdk_env` has checked those variables.
+used, after :mod:`otel_gpu.export.sdk_env` has checked those variables; the
+events' detector only once the logs pipeline is built (a third of a mebibyte that a
+collector without OTLP never holds).
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from opentelemetry.sdk.resources import Resource
 from otel_gpu.config import Config
 from otel_gpu.export import sdk_env
 from otel_gpu.export.collected import CollectingReader
-from otel_gpu.export.events.detector import EventDetector, EventSubscriber
 from otel_gpu.export.otlp.transport import (
     LOGS,
     METRICS,
@@ -31,6 +32,7 @@ from otel_gpu.instrument.schema import Metric
 from otel_gpu.publish.pipeline import Subscriber
 
 if TYPE_CHECKING:
+    from otel_gpu.export.events.detector import EventDetector
     from otel_gpu.export.otlp.logs import EventLog
     from otel_gpu.export.seam import Published, Served
 
@@ -111,6 +113,7 @@ class OtlpLogsExporter:
 
     def prepare(self, resource: Resource) -> Sequence[Metric]:
         """The logs pipeline, and the event counters while it sends."""
+        from otel_gpu.export.events.detector import EventDetector
         from otel_gpu.export.otlp import logs
 
         self._events = logs.build_event_log(self.settings, resource, self._environ)
@@ -125,6 +128,8 @@ class OtlpLogsExporter:
     def attach(self, published: Published) -> Sequence[Subscriber]:
         if self._events is None or self._detector is None:
             return ()
+        from otel_gpu.export.events.detector import EventSubscriber
+
         return (EventSubscriber(self._detector, self._events.emit),)
 
     def describe(self, served: Served) -> str:

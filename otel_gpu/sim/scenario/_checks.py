@@ -9,6 +9,7 @@ spec class allows, and how each is read, from its fields (:func:`~.model.key`).
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import re
 import uuid as uuidlib
 from collections.abc import Mapping
@@ -33,6 +34,20 @@ from otel_gpu.sim.scenario.model import (
 
 UUID_NAMESPACE = uuidlib.UUID("6f8c5b4e-2d1a-4e3b-9c7d-0a1b2c3d4e5f")
 """The namespace of every identity a scenario leaves to be generated (GPU, MIG, pod)."""
+
+
+def uuid5(name: str, namespace: uuidlib.UUID = UUID_NAMESPACE) -> uuidlib.UUID:
+    """``uuid.uuid5``, its SHA-1 from CPython's own ``_sha1`` where there is one: hashlib
+    would load OpenSSL's hash binding (0.7 MiB) that a collector on a real driver never
+    holds, so a simulated node would be measured with memory a real one does not use."""
+    try:
+        sha1 = importlib.import_module("_sha1").sha1
+    except ImportError:  # another Python: the same digest from hashlib
+        sha1 = importlib.import_module("hashlib").sha1
+    digest = sha1(namespace.bytes + name.encode("utf-8")).digest()
+    return uuidlib.UUID(bytes=digest[:16], version=5)
+
+
 _BUS_ID = re.compile(r"^(?:([0-9A-Fa-f]{8})|([0-9A-Fa-f]{4})):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})"
                      r"\.([0-7])$")
 _FAULT_CODES = {

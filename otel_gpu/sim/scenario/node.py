@@ -7,13 +7,11 @@ from, and :mod:`otel_gpu.sim.kubelet` answers the Pod Resources API with.
 
 from __future__ import annotations
 
-import hashlib
 import re
-import uuid as uuidlib
 from typing import Any
 
 from otel_gpu.config.settings import IDLE_THRESHOLD
-from otel_gpu.sim.scenario._checks import UUID_NAMESPACE, Checks, show
+from otel_gpu.sim.scenario._checks import Checks, show, uuid5
 from otel_gpu.sim.scenario.model import (
     CGROUP_DRIVERS,
     CGROUP_VERSIONS,
@@ -130,7 +128,9 @@ class NodeChecks(Checks):
                 cid = self.string(f"{cp}.id", c["id"])
                 if not _CONTAINER_ID.match(cid):
                     self.fail(f"{cp}.id", f"expected 64 lowercase hex digits, got {show(cid)}")
-            else:
+            else:  # hashlib (0.7 MiB with its C parts) only for a node with containers
+                import hashlib
+
                 cid = hashlib.sha256(f"{seed}{cname}".encode()).hexdigest()
             unique(f"{cp}.id", ("id", cid), f"container id {cid}")
             runtime = c.get("runtime", layout["runtime"] if gpus is not None else "docker")
@@ -157,7 +157,7 @@ class NodeChecks(Checks):
                     self.fail(f"{p}.uid", f"expected a pod UID (a lowercase UUID, or 32 hex "
                                           f"digits for a static pod), got {show(uid)}")
             else:
-                uid = str(uuidlib.uuid5(UUID_NAMESPACE, f"{scenario}/{namespace}/{name}"))
+                uid = str(uuid5(f"{scenario}/{namespace}/{name}"))
             unique(f"{p}.uid", ("uid", uid), f"pod uid {uid}")
             containers = [
                 container(f"{p}.containers[{j}]", c, ("container", uid), f"{uid}/",

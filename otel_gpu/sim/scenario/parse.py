@@ -20,7 +20,7 @@ from typing import Any
 
 from otel_gpu import nvml_abi as abi
 from otel_gpu._files import FileError, parse_yaml, read_text
-from otel_gpu.sim.scenario._checks import UUID_NAMESPACE, field_id, show
+from otel_gpu.sim.scenario._checks import field_id, show, uuid5
 from otel_gpu.sim.scenario.model import (
     FABRIC_HEALTH_SUMMARIES,
     FABRIC_STATES,
@@ -121,7 +121,7 @@ def _gpm_metric_id(key: Any) -> int | None:
 
 
 def _make_uuid(prefix: str, *parts: Any) -> str:
-    return prefix + str(uuidlib.uuid5(UUID_NAMESPACE, "/".join(map(str, parts))))
+    return prefix + str(uuid5("/".join(map(str, parts))))
 
 
 class _Parser(NodeChecks):
