@@ -12,7 +12,7 @@ what such an exporter must do to put pods on its series: ask the kubelet's Pod
 Resources API for them every second (the collector's ``--kubelet-interval`` in
 the benchmark) through grpcio and the API's generated messages, and keep the
 answer's devices per container. Its RSS is then the one to hold the collector's
-against on a node with pods, where gRPC and protobuf are a third of both.
+against on a node with pods: grpcio and protobuf are 20 MiB of its 50 at 500 pods.
 
 ``static``: the collector's body, rendered once, served from memory by a
 keep-alive http.server: the floor any exporter written in Python can reach.
@@ -60,7 +60,7 @@ KUBELET_INTERVAL = 1.0
 
 def poll_kubelet(socket_path: str, interval: float, answers: list[int]) -> None:
     """Ask the kubelet for its pods every ``interval``, keeping each container's devices
-    from the latest answer; ``answers`` gets the count of each answer's containers."""
+    from the latest answer; ``answers`` holds the latest answer's count of containers."""
     import grpc
 
     from otel_gpu.attribute.k8s._proto.podresources.v1 import api_pb2
@@ -80,7 +80,7 @@ def poll_kubelet(socket_path: str, interval: float, answers: list[int]) -> None:
             devices = {(pod.namespace, pod.name, c.name):
                        [i for d in c.devices for i in d.device_ids]
                        for pod in response.pod_resources for c in pod.containers}
-            answers.append(len(devices))
+            answers[:] = [len(devices)]
         time.sleep(interval)
 
 
