@@ -39,7 +39,10 @@ UUID_NAMESPACE = uuidlib.UUID("6f8c5b4e-2d1a-4e3b-9c7d-0a1b2c3d4e5f")
 def uuid5(name: str, namespace: uuidlib.UUID = UUID_NAMESPACE) -> uuidlib.UUID:
     """``uuid.uuid5``, its SHA-1 from CPython's own ``_sha1`` where there is one: hashlib
     would load OpenSSL's hash binding (0.7 MiB) that a collector on a real driver never
-    holds, so a simulated node would be measured with memory a real one does not use."""
+    holds, so a simulated node would be measured with memory a real one does not use.
+    ``_sha1`` is CPython's private module, crossed here alone:
+    ``tests/test_memory.py::test_a_collector_loads_what_it_uses_only`` fails if it goes
+    (hashlib loaded), and ``tests/sim/test_scenario.py`` holds the result to ``uuid5``."""
     try:
         sha1 = importlib.import_module("_sha1").sha1
     except ImportError:  # another Python: the same digest from hashlib
